@@ -1,0 +1,1 @@
+//! ACPI tables (being written).

@@ -1,0 +1,81 @@
+//! Guest physical address map of an x86-64 VM.
+//!
+//! Low memory (below 1 MiB) holds the boot structures; RAM starts again at
+//! 1 MiB and runs up to the 32-bit device hole, then continues above 4 GiB.
+//!
+//! ```text
+//! 0x0000_0500  GDT                    0x0000_7000  boot_params (zero page)
+//! 0x0000_9000  PML4, PDPTE, PDE       0x0002_0000  kernel command line
+//! 0x0009_fc00  EBDA .. 0x000f_ffff    reserved; ACPI tables at 0x000e_0000
+//! 0x0010_0000  RAM (kernel, initramfs, ...)
+//! 0xc000_0000  32-bit device hole: virtio-mmio, IOAPIC, LAPIC
+//! 0x1_0000_0000 RAM continues
+//! ```
+
+/// Global descriptor table used while entering the 64-bit kernel.
+pub const BOOT_GDT_START: u64 = 0x500;
+/// Interrupt descriptor table (empty) loaded at boot.
+pub const BOOT_IDT_START: u64 = 0x520;
+/// Linux `boot_params` ("zero page").
+pub const ZERO_PAGE_START: u64 = 0x7000;
+/// Initial stack pointer of the boot vCPU.
+pub const BOOT_STACK_POINTER: u64 = 0x8ff0;
+/// Identity-mapping page tables: PML4, one PDPT, four PDs (first 4 GiB, 2 MiB pages).
+pub const PML4_START: u64 = 0x9000;
+/// Page-directory-pointer table for the first 512 GiB.
+pub const PDPTE_START: u64 = 0xa000;
+/// First of four page directories (0xb000..0xf000).
+pub const PDE_START: u64 = 0xb000;
+/// Kernel command line, NUL-terminated.
+pub const CMDLINE_START: u64 = 0x2_0000;
+/// Largest command line we accept (Linux's x86 COMMAND_LINE_SIZE).
+pub const CMDLINE_MAX_SIZE: usize = 2048;
+/// Start of the extended BIOS data area; everything from here to 1 MiB is
+/// reported to the guest as reserved.
+pub const EBDA_START: u64 = 0x9_fc00;
+/// Where the RSDP and the other ACPI tables are written (inside the reserved
+/// BIOS area, where Linux also scans for the RSDP).
+pub const ACPI_TABLES_START: u64 = 0xe_0000;
+/// End (exclusive) of the ACPI table area.
+pub const ACPI_TABLES_END: u64 = 0x10_0000;
+/// Start of high RAM; the kernel is loaded here.
+pub const HIGH_RAM_START: u64 = 0x10_0000;
+/// Start of the 32-bit device hole (no RAM between here and 4 GiB).
+pub const MEM_32BIT_DEVICES_START: u64 = 0xc000_0000;
+/// Size of the 32-bit device hole.
+pub const MEM_32BIT_DEVICES_SIZE: u64 = 0x4000_0000;
+/// First guest address above the 32-bit device hole.
+pub const RAM_64BIT_START: u64 = 0x1_0000_0000;
+/// Virtio-mmio device windows are allocated from here, 4 KiB each.
+pub const VIRTIO_MMIO_START: u64 = 0xd000_0000;
+/// Size of one virtio-mmio window.
+pub const VIRTIO_MMIO_SIZE: u64 = 0x1000;
+/// IOAPIC base address (the standard one).
+pub const IOAPIC_START: u64 = 0xfec0_0000;
+/// Local APIC base address (the standard one).
+pub const APIC_START: u64 = 0xfee0_0000;
+
+/// I/O port of the ACPI sleep control register (hardware-reduced ACPI).
+/// The guest writes `SLP_TYP << 2 | SLP_EN` here to power off.
+pub const ACPI_SLEEP_CONTROL_PORT: u16 = 0x600;
+/// I/O port of the ACPI sleep status register.
+pub const ACPI_SLEEP_STATUS_PORT: u16 = 0x601;
+/// I/O port of the ACPI reset register; writing [`ACPI_RESET_VALUE`] reboots.
+pub const ACPI_RESET_PORT: u16 = 0x602;
+/// Value the guest writes to [`ACPI_RESET_PORT`] to reset.
+pub const ACPI_RESET_VALUE: u8 = 0x1;
+/// `SLP_TYP` value of the `\_S5_` (soft-off) package in the DSDT.
+pub const ACPI_S5_SLP_TYP: u8 = 5;
+/// I/O port of the Generic Event Device's event-status register (one byte,
+/// read-to-clear). Bit 0: power button pressed.
+pub const GED_EVENT_PORT: u16 = 0x610;
+/// GSI the Generic Event Device interrupts on (level, active high).
+pub const GED_IRQ: u32 = 9;
+/// Bit in the GED event register that means "power button".
+pub const GED_EVENT_POWER_BUTTON: u8 = 1 << 0;
+/// COM1 I/O base and its ISA IRQ.
+pub const COM1_PORT: u16 = 0x3f8;
+/// ISA IRQ line of COM1.
+pub const COM1_IRQ: u32 = 4;
+/// First GSI handed to virtio-mmio devices (one each, edge triggered).
+pub const VIRTIO_MMIO_FIRST_IRQ: u32 = 5;

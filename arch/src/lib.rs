@@ -1,0 +1,7 @@
+//! x86-64 platform description for the VMM: the guest physical memory map,
+//! the e820 table, boot-time CPU state and the ACPI tables.
+
+#![deny(missing_docs)]
+
+pub mod acpi;
+pub mod layout;
