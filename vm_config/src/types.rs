@@ -1,0 +1,323 @@
+//! Serde types of the VM configuration (Cloud Hypervisor's `VmConfig`
+//! schema, plus the tier extensions on `NumaConfig`).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Default number of boot vCPUs.
+pub const DEFAULT_VCPUS: u8 = 1;
+/// Default guest RAM when no `--memory` is given (Cloud Hypervisor's).
+pub const DEFAULT_MEMORY_SIZE: u64 = 512 << 20;
+/// Default guest physical address width.
+pub const DEFAULT_MAX_PHYS_BITS: u8 = 46;
+
+/// The whole VM.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmConfig {
+    /// vCPUs.
+    #[serde(default)]
+    pub cpus: CpusConfig,
+    /// Guest RAM and its zones.
+    #[serde(default)]
+    pub memory: MemoryConfig,
+    /// What to boot.
+    pub payload: Option<PayloadConfig>,
+    /// The 16550 UART on ttyS0.
+    #[serde(default = "ConsoleConfig::default_serial")]
+    pub serial: ConsoleConfig,
+    /// The virtio console (hvc0); only `Off` is supported.
+    #[serde(default = "ConsoleConfig::default_console")]
+    pub console: ConsoleConfig,
+    /// Guest NUMA nodes.
+    pub numa: Option<Vec<NumaConfig>>,
+    /// Accepted for schema compatibility; must be false.
+    #[serde(default)]
+    pub iommu: bool,
+    /// Accepted for schema compatibility; must be false.
+    #[serde(default)]
+    pub watchdog: bool,
+}
+
+/// vCPUs (`--cpus`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CpusConfig {
+    /// vCPUs started at boot.
+    pub boot_vcpus: u8,
+    /// Maximum vCPUs; CPU hotplug is not supported, so it equals `boot_vcpus`.
+    pub max_vcpus: u8,
+    /// Optional topology.
+    #[serde(default)]
+    pub topology: Option<CpuTopology>,
+    /// Hyper-V enlightenments (not supported; must be false).
+    #[serde(default)]
+    pub kvm_hyperv: bool,
+    /// Guest physical address bits.
+    #[serde(default = "default_max_phys_bits")]
+    pub max_phys_bits: u8,
+    /// Host CPUs each vCPU thread is pinned to.
+    #[serde(default)]
+    pub affinity: Option<Vec<CpuAffinity>>,
+}
+
+fn default_max_phys_bits() -> u8 {
+    DEFAULT_MAX_PHYS_BITS
+}
+
+impl Default for CpusConfig {
+    fn default() -> Self {
+        Self {
+            boot_vcpus: DEFAULT_VCPUS,
+            max_vcpus: DEFAULT_VCPUS,
+            topology: None,
+            kvm_hyperv: false,
+            max_phys_bits: DEFAULT_MAX_PHYS_BITS,
+            affinity: None,
+        }
+    }
+}
+
+/// CPU topology (threads per core, cores per die, dies per package, packages).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CpuTopology {
+    /// Threads per core.
+    pub threads_per_core: u8,
+    /// Cores per die.
+    pub cores_per_die: u8,
+    /// Dies per package.
+    pub dies_per_package: u8,
+    /// Packages (sockets).
+    pub packages: u8,
+}
+
+/// One vCPU's host CPU set.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CpuAffinity {
+    /// vCPU index.
+    pub vcpu: u8,
+    /// Host CPUs it may run on.
+    pub host_cpus: Vec<usize>,
+}
+
+/// Guest RAM (`--memory`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// RAM outside any zone; must be 0 when zones are used.
+    pub size: u64,
+    /// KSM merging (not supported; must be false).
+    #[serde(default)]
+    pub mergeable: bool,
+    /// Back RAM with a memfd instead of private anonymous memory.
+    #[serde(default)]
+    pub shared: bool,
+    /// Back RAM with hugetlbfs pages.
+    #[serde(default)]
+    pub hugepages: bool,
+    /// Huge page size (default: the system default).
+    #[serde(default)]
+    pub hugepage_size: Option<u64>,
+    /// Populate all of RAM before boot.
+    #[serde(default)]
+    pub prefault: bool,
+    /// Allow transparent huge pages on anonymous RAM.
+    #[serde(default = "default_true")]
+    pub thp: bool,
+    /// Memory hotplug (not supported; must be absent or 0).
+    #[serde(default)]
+    pub hotplug_size: Option<u64>,
+    /// The zones, each its own host mapping.
+    #[serde(default)]
+    pub zones: Option<Vec<MemoryZoneConfig>>,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        Self {
+            size: DEFAULT_MEMORY_SIZE,
+            mergeable: false,
+            shared: false,
+            hugepages: false,
+            hugepage_size: None,
+            prefault: false,
+            thp: true,
+            hotplug_size: None,
+            zones: None,
+        }
+    }
+}
+
+/// One memory zone (`--memory-zone`): a tier's RAM.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryZoneConfig {
+    /// Zone name, referenced by `--numa memory_zones=`.
+    pub id: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Map this file (a DAX device or a file on PMEM, say) instead of anonymous memory.
+    #[serde(default)]
+    pub file: Option<PathBuf>,
+    /// Back with a memfd (holes can be punched in it).
+    #[serde(default)]
+    pub shared: bool,
+    /// Back with hugetlbfs pages.
+    #[serde(default)]
+    pub hugepages: bool,
+    /// Huge page size.
+    #[serde(default)]
+    pub hugepage_size: Option<u64>,
+    /// Bind the zone's pages to this host NUMA node (mbind MPOL_BIND).
+    #[serde(default)]
+    pub host_numa_node: Option<u32>,
+    /// Memory hotplug (not supported; must be absent or 0).
+    #[serde(default)]
+    pub hotplug_size: Option<u64>,
+    /// Populate the zone before boot.
+    #[serde(default)]
+    pub prefault: bool,
+}
+
+/// One guest NUMA node (`--numa`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NumaConfig {
+    /// Node id (ACPI proximity domain).
+    pub guest_numa_id: u32,
+    /// vCPUs on this node; none makes it a memory-only node.
+    #[serde(default)]
+    pub cpus: Option<Vec<u8>>,
+    /// Distances to other nodes (SLIT).
+    #[serde(default)]
+    pub distances: Option<Vec<NumaDistance>>,
+    /// Memory zones that make up this node's RAM.
+    #[serde(default)]
+    pub memory_zones: Option<Vec<String>>,
+    /// Tier extension: access latency from the CPU node(s), in ns (HMAT).
+    #[serde(default)]
+    pub latency_ns: Option<u64>,
+    /// Tier extension: access bandwidth from the CPU node(s), in MB/s (HMAT).
+    #[serde(default)]
+    pub bandwidth_mbps: Option<u64>,
+}
+
+/// A SLIT distance to another node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NumaDistance {
+    /// The other node.
+    pub destination: u32,
+    /// Relative distance (10 = local).
+    pub distance: u8,
+}
+
+/// What to boot.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PayloadConfig {
+    /// Firmware (not supported; direct kernel boot only).
+    #[serde(default)]
+    pub firmware: Option<PathBuf>,
+    /// bzImage or ELF vmlinux.
+    #[serde(default)]
+    pub kernel: Option<PathBuf>,
+    /// Kernel command line.
+    #[serde(default)]
+    pub cmdline: Option<String>,
+    /// Initramfs image.
+    #[serde(default)]
+    pub initramfs: Option<PathBuf>,
+}
+
+/// Where a console's output goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ConsoleOutputMode {
+    /// No device at all.
+    Off,
+    /// A pseudo terminal (not supported).
+    Pty,
+    /// The VMM's own stdin/stdout.
+    Tty,
+    /// Append to a file.
+    File,
+    /// A UNIX socket (not supported).
+    Socket,
+    /// The device exists, its output is discarded.
+    Null,
+}
+
+/// A console device (`--serial`, `--console`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsoleConfig {
+    /// Output file for `File` mode.
+    #[serde(default)]
+    pub file: Option<PathBuf>,
+    /// Socket path for `Socket` mode.
+    #[serde(default)]
+    pub socket: Option<PathBuf>,
+    /// Output mode.
+    pub mode: ConsoleOutputMode,
+    /// Place behind a vIOMMU (not supported).
+    #[serde(default)]
+    pub iommu: bool,
+}
+
+impl ConsoleConfig {
+    /// A console in `mode` with no file.
+    pub fn with_mode(mode: ConsoleOutputMode) -> Self {
+        Self {
+            file: None,
+            socket: None,
+            mode,
+            iommu: false,
+        }
+    }
+
+    /// Cloud Hypervisor's default serial: present, output discarded.
+    pub fn default_serial() -> Self {
+        Self::with_mode(ConsoleOutputMode::Null)
+    }
+
+    /// Default virtio console. Cloud Hypervisor defaults to `tty`; we have no
+    /// virtio console, so ours is off.
+    pub fn default_console() -> Self {
+        Self::with_mode(ConsoleOutputMode::Off)
+    }
+}
+
+impl Default for VmConfig {
+    fn default() -> Self {
+        Self {
+            cpus: CpusConfig::default(),
+            memory: MemoryConfig::default(),
+            payload: None,
+            serial: ConsoleConfig::default_serial(),
+            console: ConsoleConfig::default_console(),
+            numa: None,
+            iommu: false,
+            watchdog: false,
+        }
+    }
+}
+
+impl VmConfig {
+    /// Total guest RAM: `memory.size` plus every zone.
+    pub fn total_memory(&self) -> u64 {
+        let zones: u64 = self
+            .memory
+            .zones
+            .iter()
+            .flatten()
+            .fold(0u64, |acc, z| acc.saturating_add(z.size));
+        self.memory.size.saturating_add(zones)
+    }
+}

@@ -1,0 +1,452 @@
+//! Cross-option checks that no single option parser can make.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use crate::types::*;
+
+/// A configuration that parsed but cannot be run. Messages name the option.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ValidationError {
+    /// Something about the vCPUs.
+    #[error("--cpus: {0}")]
+    Cpus(String),
+    /// Something about `--memory`.
+    #[error("--memory: {0}")]
+    Memory(String),
+    /// Something about a `--memory-zone`.
+    #[error("--memory-zone: {0}")]
+    Zone(String),
+    /// Something about a `--numa` node.
+    #[error("--numa: {0}")]
+    Numa(String),
+    /// Something about the payload.
+    #[error("{0}")]
+    Payload(String),
+    /// A feature of the schema this VMM does not implement.
+    #[error("{0} is not supported by this VMM")]
+    Unsupported(&'static str),
+}
+
+/// Largest vCPU count (APIC ids must fit the 8-bit xAPIC id).
+pub const MAX_VCPUS: u8 = 254;
+
+impl VmConfig {
+    /// Checks the configuration against itself and against this host's NUMA
+    /// nodes (read from sysfs).
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        self.validate_with(&|node| {
+            Path::new(&format!("/sys/devices/system/node/node{node}")).exists()
+        })
+    }
+
+    /// [`VmConfig::validate`] with the host-node check injected (for tests).
+    pub fn validate_with(
+        &self,
+        host_has_node: &dyn Fn(u32) -> bool,
+    ) -> Result<(), ValidationError> {
+        self.validate_cpus()?;
+        self.validate_memory(host_has_node)?;
+        self.validate_numa()?;
+        self.validate_payload()?;
+        if self.iommu {
+            return Err(ValidationError::Unsupported("iommu"));
+        }
+        if self.watchdog {
+            return Err(ValidationError::Unsupported("watchdog"));
+        }
+        if self.console.mode != ConsoleOutputMode::Off
+            && self.console.mode != ConsoleOutputMode::Null
+        {
+            return Err(ValidationError::Unsupported(
+                "a virtio console (console mode other than Off)",
+            ));
+        }
+        if matches!(
+            self.serial.mode,
+            ConsoleOutputMode::Pty | ConsoleOutputMode::Socket
+        ) {
+            return Err(ValidationError::Unsupported("serial mode Pty/Socket"));
+        }
+        if self.serial.mode == ConsoleOutputMode::File && self.serial.file.is_none() {
+            return Err(ValidationError::Payload(
+                "--serial: file mode needs a file".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_cpus(&self) -> Result<(), ValidationError> {
+        let c = &self.cpus;
+        if c.boot_vcpus == 0 || c.boot_vcpus > MAX_VCPUS {
+            return Err(ValidationError::Cpus(format!(
+                "boot={} must be 1..={MAX_VCPUS}",
+                c.boot_vcpus
+            )));
+        }
+        if c.max_vcpus != c.boot_vcpus {
+            return Err(ValidationError::Cpus(format!(
+                "max={} differs from boot={}: CPU hotplug is not supported",
+                c.max_vcpus, c.boot_vcpus
+            )));
+        }
+        if c.kvm_hyperv {
+            return Err(ValidationError::Unsupported("--cpus kvm_hyperv=on"));
+        }
+        if !(32..=52).contains(&c.max_phys_bits) {
+            return Err(ValidationError::Cpus(format!(
+                "max_phys_bits={} must be 32..=52",
+                c.max_phys_bits
+            )));
+        }
+        if let Some(t) = &c.topology {
+            let product = u32::from(t.threads_per_core)
+                * u32::from(t.cores_per_die)
+                * u32::from(t.dies_per_package)
+                * u32::from(t.packages);
+            if product != u32::from(c.max_vcpus) {
+                return Err(ValidationError::Cpus(format!(
+                    "topology {}:{}:{}:{} gives {product} vCPUs, not {}",
+                    t.threads_per_core,
+                    t.cores_per_die,
+                    t.dies_per_package,
+                    t.packages,
+                    c.max_vcpus
+                )));
+            }
+        }
+        let mut seen = BTreeSet::new();
+        for a in c.affinity.iter().flatten() {
+            if a.vcpu >= c.boot_vcpus {
+                return Err(ValidationError::Cpus(format!(
+                    "affinity names vCPU {} but there are {}",
+                    a.vcpu, c.boot_vcpus
+                )));
+            }
+            if !seen.insert(a.vcpu) {
+                return Err(ValidationError::Cpus(format!(
+                    "affinity given twice for vCPU {}",
+                    a.vcpu
+                )));
+            }
+            if a.host_cpus.is_empty() {
+                return Err(ValidationError::Cpus(format!(
+                    "affinity for vCPU {} lists no host CPUs",
+                    a.vcpu
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_memory(&self, host_has_node: &dyn Fn(u32) -> bool) -> Result<(), ValidationError> {
+        let m = &self.memory;
+        let zones = m.zones.as_deref().unwrap_or_default();
+        if !zones.is_empty() && m.size != 0 {
+            return Err(ValidationError::Memory(format!(
+                "size={} with --memory-zone: use size=0 when memory zones are given",
+                m.size
+            )));
+        }
+        if zones.is_empty() && m.size == 0 {
+            return Err(ValidationError::Memory(
+                "size=0 without any --memory-zone gives the guest no RAM".into(),
+            ));
+        }
+        if m.mergeable {
+            return Err(ValidationError::Unsupported("--memory mergeable=on"));
+        }
+        if m.hotplug_size.unwrap_or(0) != 0 {
+            return Err(ValidationError::Unsupported(
+                "memory hotplug (hotplug_size)",
+            ));
+        }
+        check_page_multiple("--memory", "size", m.size).map_err(ValidationError::Memory)?;
+        let mut ids = BTreeSet::new();
+        for z in zones {
+            if !ids.insert(z.id.as_str()) {
+                return Err(ValidationError::Zone(format!("id '{}' used twice", z.id)));
+            }
+            if z.size == 0 {
+                return Err(ValidationError::Zone(format!("zone '{}' has size 0", z.id)));
+            }
+            check_page_multiple("--memory-zone", &format!("zone '{}' size", z.id), z.size)
+                .map_err(ValidationError::Zone)?;
+            if z.hotplug_size.unwrap_or(0) != 0 {
+                return Err(ValidationError::Unsupported(
+                    "memory hotplug (zone hotplug_size)",
+                ));
+            }
+            if let Some(node) = z.host_numa_node {
+                if !host_has_node(node) {
+                    return Err(ValidationError::Zone(format!(
+                        "zone '{}': host_numa_node={node} does not exist on this host",
+                        z.id
+                    )));
+                }
+            }
+            if z.file.is_some() && z.hugepages {
+                return Err(ValidationError::Zone(format!(
+                    "zone '{}': file= and hugepages=on cannot be combined",
+                    z.id
+                )));
+            }
+        }
+        // 52-bit guest physical space is the hard ceiling; also keep the sum sane.
+        if self.total_memory() >= (1u64 << 46) {
+            return Err(ValidationError::Memory(
+                "total guest memory must be below 64 TiB".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_numa(&self) -> Result<(), ValidationError> {
+        let Some(nodes) = self.numa.as_deref() else {
+            return Ok(());
+        };
+        let zone_ids: BTreeSet<&str> = self
+            .memory
+            .zones
+            .iter()
+            .flatten()
+            .map(|z| z.id.as_str())
+            .collect();
+        let node_ids: BTreeSet<u32> = nodes.iter().map(|n| n.guest_numa_id).collect();
+        if node_ids.len() != nodes.len() {
+            return Err(ValidationError::Numa(
+                "a guest_numa_id is used twice".into(),
+            ));
+        }
+        let mut zone_owner: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut cpu_owner: BTreeMap<u8, u32> = BTreeMap::new();
+        for n in nodes {
+            let id = n.guest_numa_id;
+            for z in n.memory_zones.iter().flatten() {
+                if !zone_ids.contains(z.as_str()) {
+                    return Err(ValidationError::Numa(format!(
+                        "node {id} names memory zone '{z}', which does not exist"
+                    )));
+                }
+                if let Some(other) = zone_owner.insert(z, id) {
+                    return Err(ValidationError::Numa(format!(
+                        "memory zone '{z}' is in node {other} and node {id}"
+                    )));
+                }
+            }
+            for &c in n.cpus.iter().flatten() {
+                if c >= self.cpus.boot_vcpus {
+                    return Err(ValidationError::Numa(format!(
+                        "node {id} names vCPU {c} but there are only {} (0-{})",
+                        self.cpus.boot_vcpus,
+                        self.cpus.boot_vcpus - 1
+                    )));
+                }
+                if let Some(other) = cpu_owner.insert(c, id) {
+                    return Err(ValidationError::Numa(format!(
+                        "vCPU {c} is in node {other} and node {id}"
+                    )));
+                }
+            }
+            for d in n.distances.iter().flatten() {
+                if !node_ids.contains(&d.destination) {
+                    return Err(ValidationError::Numa(format!(
+                        "node {id} gives a distance to node {}, which does not exist",
+                        d.destination
+                    )));
+                }
+                if d.destination == id && d.distance != 10 {
+                    return Err(ValidationError::Numa(format!(
+                        "node {id}: distance to itself must be 10"
+                    )));
+                }
+                if d.destination != id && d.distance <= 10 {
+                    return Err(ValidationError::Numa(format!(
+                        "node {id}: distance {} to node {} must be greater than 10",
+                        d.distance, d.destination
+                    )));
+                }
+            }
+            if n.latency_ns == Some(0) || n.bandwidth_mbps == Some(0) {
+                return Err(ValidationError::Numa(format!(
+                    "node {id}: latency_ns and bandwidth_mbps must be positive"
+                )));
+            }
+        }
+        if cpu_owner.is_empty() {
+            return Err(ValidationError::Numa("no node has vCPUs".into()));
+        }
+        if cpu_owner.len() != usize::from(self.cpus.boot_vcpus) {
+            let missing: Vec<u8> = (0..self.cpus.boot_vcpus)
+                .filter(|c| !cpu_owner.contains_key(c))
+                .collect();
+            return Err(ValidationError::Numa(format!(
+                "vCPUs {missing:?} are in no node"
+            )));
+        }
+        if let Some(z) = zone_ids.iter().find(|z| !zone_owner.contains_key(**z)) {
+            return Err(ValidationError::Numa(format!(
+                "memory zone '{z}' is in no node"
+            )));
+        }
+        if self.memory.size != 0 {
+            return Err(ValidationError::Numa(
+                "--numa needs --memory size=0 and --memory-zone".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_payload(&self) -> Result<(), ValidationError> {
+        let Some(p) = &self.payload else {
+            return Ok(());
+        };
+        if p.firmware.is_some() {
+            return Err(ValidationError::Unsupported("firmware boot (use --kernel)"));
+        }
+        if p.kernel.is_none() {
+            return Err(ValidationError::Payload(
+                "payload: a kernel is required".into(),
+            ));
+        }
+        if p.cmdline.as_ref().is_some_and(|c| c.len() >= 2048) {
+            return Err(ValidationError::Payload(
+                "--cmdline: longer than 2047 bytes".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn check_page_multiple(_option: &str, what: &str, size: u64) -> Result<(), String> {
+    if size % 4096 != 0 {
+        return Err(format!("{what}={size} is not a multiple of 4 KiB"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiered() -> VmConfig {
+        VmConfig {
+            cpus: CpusConfig::parse("boot=2").unwrap(),
+            memory: MemoryConfig::parse(
+                "size=0",
+                Some(vec![
+                    MemoryZoneConfig::parse("id=fmem,size=512M,host_numa_node=0").unwrap(),
+                    MemoryZoneConfig::parse("id=smem,size=1G,host_numa_node=1").unwrap(),
+                ]),
+            )
+            .unwrap(),
+            numa: Some(vec![
+                NumaConfig::parse("guest_numa_id=0,cpus=[0-1],distances=[1@25],memory_zones=fmem")
+                    .unwrap(),
+                NumaConfig::parse("guest_numa_id=1,distances=[0@25],memory_zones=smem").unwrap(),
+            ]),
+            ..Default::default()
+        }
+    }
+
+    fn check(cfg: &VmConfig) -> Result<(), ValidationError> {
+        cfg.validate_with(&|n| n < 2)
+    }
+
+    #[test]
+    fn tiered_config_is_valid() {
+        check(&tiered()).unwrap();
+        assert_eq!(tiered().total_memory(), 1536 << 20);
+    }
+
+    #[test]
+    fn memory_size_with_zones_is_rejected() {
+        let mut c = tiered();
+        c.memory.size = 1 << 30;
+        assert!(matches!(check(&c), Err(ValidationError::Memory(m)) if m.contains("size=0")));
+    }
+
+    #[test]
+    fn zone_in_two_nodes_is_rejected() {
+        let mut c = tiered();
+        c.numa.as_mut().unwrap()[1].memory_zones = Some(vec!["fmem".into(), "smem".into()]);
+        assert!(check(&c)
+            .unwrap_err()
+            .to_string()
+            .contains("'fmem' is in node 0 and node 1"));
+    }
+
+    #[test]
+    fn missing_zone_missing_node_and_cpu_errors() {
+        let mut c = tiered();
+        c.numa.as_mut().unwrap()[1].memory_zones = Some(vec!["nope".into()]);
+        assert!(check(&c)
+            .unwrap_err()
+            .to_string()
+            .contains("'nope', which does not exist"));
+
+        let mut c = tiered();
+        c.numa.as_mut().unwrap()[0].distances = Some(vec![NumaDistance {
+            destination: 7,
+            distance: 20,
+        }]);
+        assert!(check(&c).unwrap_err().to_string().contains("node 7"));
+
+        let mut c = tiered();
+        c.numa.as_mut().unwrap()[0].cpus = Some(vec![0, 1, 2]);
+        assert!(check(&c).unwrap_err().to_string().contains("vCPU 2"));
+
+        let mut c = tiered();
+        c.numa.as_mut().unwrap()[1].cpus = Some(vec![1]);
+        assert!(check(&c)
+            .unwrap_err()
+            .to_string()
+            .contains("vCPU 1 is in node 0 and node 1"));
+
+        let mut c = tiered();
+        c.numa.as_mut().unwrap()[0].cpus = Some(vec![0]);
+        assert!(check(&c).unwrap_err().to_string().contains("in no node"));
+    }
+
+    #[test]
+    fn host_node_must_exist() {
+        let c = tiered();
+        let err = c.validate_with(&|n| n == 0).unwrap_err().to_string();
+        assert!(err.contains("host_numa_node=1 does not exist"), "{err}");
+    }
+
+    #[test]
+    fn cpu_limits() {
+        let mut c = tiered();
+        c.cpus.max_vcpus = 4;
+        assert!(check(&c).unwrap_err().to_string().contains("hotplug"));
+        let mut c = VmConfig::default();
+        c.cpus.boot_vcpus = 0;
+        c.cpus.max_vcpus = 0;
+        assert!(matches!(check(&c), Err(ValidationError::Cpus(_))));
+    }
+
+    #[test]
+    fn json_round_trips_and_rejects_unknown_fields() {
+        let c = tiered();
+        let json = serde_json::to_string(&c).unwrap();
+        let back: VmConfig = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, c);
+        assert!(serde_json::from_str::<VmConfig>(
+            r#"{"cpus":{"boot_vcpus":1,"max_vcpus":1,"bogus":1}}"#
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn upstream_minimal_create_body_is_accepted() {
+        let c: VmConfig = serde_json::from_str(
+            r#"{"cpus":{"boot_vcpus":2,"max_vcpus":2},"memory":{"size":1073741824},
+                "payload":{"kernel":"/k","cmdline":"console=ttyS0"}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.cpus.boot_vcpus, 2);
+        assert_eq!(c.serial.mode, ConsoleOutputMode::Null);
+        check(&c).unwrap();
+    }
+}
