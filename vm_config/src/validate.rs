@@ -319,7 +319,7 @@ impl VmConfig {
 }
 
 fn check_page_multiple(_option: &str, what: &str, size: u64) -> Result<(), String> {
-    if size % 4096 != 0 {
+    if !size.is_multiple_of(4096) {
         return Err(format!("{what}={size} is not a multiple of 4 KiB"));
     }
     Ok(())
