@@ -4,4 +4,7 @@
 #![deny(missing_docs)]
 
 pub mod acpi;
+pub mod boot;
+pub mod cpuid;
 pub mod layout;
+pub mod regs;
