@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Runs every test table; prints "N passed, M failed"; exit 1 on failure.
+ */
+#include <string.h>
+#include "test_util.h"
+
+static void run_table(const struct hrc_test *t, unsigned int n,
+		      const char *filter, unsigned int *pass,
+		      unsigned int *fail)
+{
+	unsigned int i;
+
+	for (i = 0; i < n; i++) {
+		unsigned int before = hrc_test_failed_checks;
+
+		if (filter && !strstr(t[i].name, filter))
+			continue;
+		t[i].fn();
+		if (hrc_test_failed_checks == before) {
+			printf("ok   %s\n", t[i].name);
+			(*pass)++;
+		} else {
+			printf("FAIL %s\n", t[i].name);
+			(*fail)++;
+		}
+	}
+}
+
+int main(int argc, char **argv)
+{
+	const char *filter = argc > 1 ? argv[1] : NULL;
+	unsigned int pass = 0, fail = 0;
+
+	run_table(hrc_basic_tests, hrc_nr_basic_tests, filter, &pass, &fail);
+	run_table(hrc_split_merge_tests, hrc_nr_split_merge_tests, filter,
+		  &pass, &fail);
+	run_table(hrc_dynamics_tests, hrc_nr_dynamics_tests, filter, &pass,
+		  &fail);
+	run_table(hrc_random_tests, hrc_nr_random_tests, filter, &pass,
+		  &fail);
+	printf("%u passed, %u failed\n", pass, fail);
+	return fail ? 1 : 0;
+}
