@@ -26,7 +26,9 @@ pub enum BootError {
         source: std::io::Error,
     },
     /// The file is neither an x86-64 ELF vmlinux nor a bzImage.
-    #[error("{path} is not a bootable x86-64 Linux kernel (neither ELF vmlinux nor bzImage): {detail}")]
+    #[error(
+        "{path} is not a bootable x86-64 Linux kernel (neither ELF vmlinux nor bzImage): {detail}"
+    )]
     NotAKernel {
         /// Path given.
         path: String,
@@ -86,24 +88,26 @@ pub fn load_kernel(mem: &GuestMemoryMmap, path: &Path) -> Result<LoadedKernel, B
             source,
         })?;
     if &magic == b"\x7fELF" {
-        let r = Elf::load(mem, None, &mut file, Some(GuestAddress(HIGH_RAM_START))).map_err(|e| {
-            BootError::NotAKernel {
-                path: display.clone(),
-                detail: e.to_string(),
-            }
-        })?;
+        let r =
+            Elf::load(mem, None, &mut file, Some(GuestAddress(HIGH_RAM_START))).map_err(|e| {
+                BootError::NotAKernel {
+                    path: display.clone(),
+                    detail: e.to_string(),
+                }
+            })?;
         return Ok(LoadedKernel {
             entry: r.kernel_load,
             setup_header: None,
             end: r.kernel_end,
         });
     }
-    let r = BzImage::load(mem, None, &mut file, Some(GuestAddress(HIGH_RAM_START))).map_err(|e| {
-        BootError::NotAKernel {
-            path: display,
-            detail: e.to_string(),
-        }
-    })?;
+    let r =
+        BzImage::load(mem, None, &mut file, Some(GuestAddress(HIGH_RAM_START))).map_err(|e| {
+            BootError::NotAKernel {
+                path: display,
+                detail: e.to_string(),
+            }
+        })?;
     // The 64-bit entry point of a bzImage is 0x200 past the protected-mode code.
     Ok(LoadedKernel {
         entry: r.kernel_load.unchecked_add(0x200),
@@ -268,7 +272,12 @@ mod tests {
         let err = load_kernel(&mem, &dir).unwrap_err().to_string();
         std::fs::remove_file(&dir).ok();
         assert!(err.contains("not a bootable"), "{err}");
-        let err = load_kernel(&mem, Path::new("/nonexistent/kernel")).unwrap_err().to_string();
-        assert!(err.contains("cannot read kernel /nonexistent/kernel"), "{err}");
+        let err = load_kernel(&mem, Path::new("/nonexistent/kernel"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("cannot read kernel /nonexistent/kernel"),
+            "{err}"
+        );
     }
 }

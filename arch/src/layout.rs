@@ -79,3 +79,6 @@ pub const COM1_PORT: u16 = 0x3f8;
 pub const COM1_IRQ: u32 = 4;
 /// First GSI handed to virtio-mmio devices (one each, edge triggered).
 pub const VIRTIO_MMIO_FIRST_IRQ: u32 = 5;
+/// Number of IOAPIC input pins, i.e. usable GSIs `0..IOAPIC_NUM_PINS`
+/// (KVM's in-kernel IOAPIC has 24).
+pub const IOAPIC_NUM_PINS: u32 = 24;

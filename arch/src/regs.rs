@@ -48,7 +48,7 @@ const fn gdt_entry(flags: u16, base: u32, limit: u32) -> u64 {
 /// Unpacks GDT entry `index` into the form KVM wants.
 fn kvm_segment_from_gdt(index: u8) -> kvm_segment {
     let entry = GDT[usize::from(index)];
-    let base = (((entry >> 16) & 0x00ff_ffff) | ((entry >> 32) & 0xff00_0000)) as u64;
+    let base = ((entry >> 16) & 0x00ff_ffff) | ((entry >> 32) & 0xff00_0000);
     let limit = ((entry & 0xffff) | ((entry >> 32) & 0x000f_0000)) as u32;
     let g = ((entry >> 55) & 1) as u8;
     kvm_segment {
@@ -93,7 +93,9 @@ pub fn write_boot_structures<M: GuestMemory>(mem: &M) -> Result<(), RegsError> {
 /// Puts `vcpu` in 64-bit mode ready to jump to `entry` with RSI pointing at
 /// the boot_params page.
 pub fn setup_boot_vcpu(vcpu: &VcpuFd, entry: GuestAddress) -> Result<(), RegsError> {
-    let mut sregs: kvm_sregs = vcpu.get_sregs().map_err(|e| RegsError::Kvm("KVM_GET_SREGS", e))?;
+    let mut sregs: kvm_sregs = vcpu
+        .get_sregs()
+        .map_err(|e| RegsError::Kvm("KVM_GET_SREGS", e))?;
     let code = kvm_segment_from_gdt(1);
     let data = kvm_segment_from_gdt(2);
     let tss = kvm_segment_from_gdt(3);
@@ -112,7 +114,8 @@ pub fn setup_boot_vcpu(vcpu: &VcpuFd, entry: GuestAddress) -> Result<(), RegsErr
     sregs.cr3 = PML4_START;
     sregs.cr4 = X86_CR4_PAE;
     sregs.efer = EFER_LME | EFER_LMA;
-    vcpu.set_sregs(&sregs).map_err(|e| RegsError::Kvm("KVM_SET_SREGS", e))?;
+    vcpu.set_sregs(&sregs)
+        .map_err(|e| RegsError::Kvm("KVM_SET_SREGS", e))?;
 
     let regs = kvm_regs {
         rflags: 0x2,
@@ -122,7 +125,8 @@ pub fn setup_boot_vcpu(vcpu: &VcpuFd, entry: GuestAddress) -> Result<(), RegsErr
         rsi: ZERO_PAGE_START,
         ..Default::default()
     };
-    vcpu.set_regs(&regs).map_err(|e| RegsError::Kvm("KVM_SET_REGS", e))
+    vcpu.set_regs(&regs)
+        .map_err(|e| RegsError::Kvm("KVM_SET_REGS", e))
 }
 
 /// x87 and SSE control words as after a reset, for every vCPU.
@@ -132,7 +136,8 @@ pub fn setup_fpu(vcpu: &VcpuFd) -> Result<(), RegsError> {
         mxcsr: 0x1f80,
         ..Default::default()
     };
-    vcpu.set_fpu(&fpu).map_err(|e| RegsError::Kvm("KVM_SET_FPU", e))
+    vcpu.set_fpu(&fpu)
+        .map_err(|e| RegsError::Kvm("KVM_SET_FPU", e))
 }
 
 const MSR_IA32_SYSENTER_CS: u32 = 0x174;
@@ -172,7 +177,8 @@ pub fn setup_msrs(vcpu: &VcpuFd) -> Result<(), RegsError> {
         ..Default::default()
     })
     .collect();
-    let msrs = Msrs::from_entries(&entries).map_err(|_| RegsError::PartialMsrs(0, entries.len()))?;
+    let msrs =
+        Msrs::from_entries(&entries).map_err(|_| RegsError::PartialMsrs(0, entries.len()))?;
     let set = vcpu
         .set_msrs(&msrs)
         .map_err(|e| RegsError::Kvm("KVM_SET_MSRS", e))?;
@@ -194,7 +200,8 @@ pub fn setup_lint(vcpu: &VcpuFd) -> Result<(), RegsError> {
         .map_err(|e| RegsError::Kvm("KVM_GET_LAPIC", e))?;
     for (offset, mode) in [(APIC_LVT0, APIC_MODE_EXTINT), (APIC_LVT1, APIC_MODE_NMI)] {
         let reg = &mut lapic.regs[offset..offset + 4];
-        let mut value = u32::from_le_bytes([reg[0] as u8, reg[1] as u8, reg[2] as u8, reg[3] as u8]);
+        let mut value =
+            u32::from_le_bytes([reg[0] as u8, reg[1] as u8, reg[2] as u8, reg[3] as u8]);
         value = (value & !0x700) | (mode << 8);
         for (dst, src) in reg.iter_mut().zip(value.to_le_bytes()) {
             *dst = src as _;
@@ -220,12 +227,15 @@ mod tests {
 
     #[test]
     fn page_tables_identity_map_4_gib() {
-        let mem: GuestMemoryMmap = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10_0000)]).unwrap();
+        let mem: GuestMemoryMmap =
+            GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10_0000)]).unwrap();
         write_boot_structures(&mem).unwrap();
         let pml4: u64 = mem.read_obj(GuestAddress(PML4_START)).unwrap();
         assert_eq!(pml4 & !0xfff, PDPTE_START);
         let last_pd: u64 = mem.read_obj(GuestAddress(PDPTE_START + 3 * 8)).unwrap();
-        let last: u64 = mem.read_obj(GuestAddress((last_pd & !0xfff) + 511 * 8)).unwrap();
+        let last: u64 = mem
+            .read_obj(GuestAddress((last_pd & !0xfff) + 511 * 8))
+            .unwrap();
         assert_eq!(last & !0xfff, 0xffe0_0000);
         assert_eq!(last & 0x83, 0x83);
     }

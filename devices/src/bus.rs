@@ -46,7 +46,9 @@ impl Bus {
         if len == 0 {
             return Err(BusError::ZeroLength(base));
         }
-        let end = base.checked_add(len).ok_or(BusError::Overlap { base, len })?;
+        let end = base
+            .checked_add(len)
+            .ok_or(BusError::Overlap { base, len })?;
         let before = self.devices.range(..end).next_back();
         if let Some((&b, &(l, _))) = before {
             if b + l > base {
@@ -122,7 +124,8 @@ mod tests {
     #[test]
     fn accesses_outside_or_straddling_devices_are_refused() {
         let mut bus = Bus::new();
-        bus.insert(Arc::new(Mutex::new(Echo(vec![]))), 0x600, 2).unwrap();
+        bus.insert(Arc::new(Mutex::new(Echo(vec![]))), 0x600, 2)
+            .unwrap();
         assert!(!bus.read(0x602, &mut [0u8; 1]));
         assert!(!bus.write(0x601, &[0, 0]));
         assert!(!bus.read(0x5ff, &mut [0u8; 1]));
@@ -131,11 +134,25 @@ mod tests {
     #[test]
     fn overlapping_ranges_are_rejected() {
         let mut bus = Bus::new();
-        bus.insert(Arc::new(Mutex::new(Echo(vec![]))), 0x600, 4).unwrap();
+        bus.insert(Arc::new(Mutex::new(Echo(vec![]))), 0x600, 4)
+            .unwrap();
         let e = bus.insert(Arc::new(Mutex::new(Echo(vec![]))), 0x603, 4);
-        assert_eq!(e, Err(BusError::Overlap { base: 0x603, len: 4 }));
-        assert!(bus.insert(Arc::new(Mutex::new(Echo(vec![]))), 0x5f0, 0x10).is_ok());
-        assert!(bus.insert(Arc::new(Mutex::new(Echo(vec![]))), 0x5f8, 0x10).is_err());
-        assert_eq!(bus.insert(Arc::new(Mutex::new(Echo(vec![]))), 0x700, 0), Err(BusError::ZeroLength(0x700)));
+        assert_eq!(
+            e,
+            Err(BusError::Overlap {
+                base: 0x603,
+                len: 4
+            })
+        );
+        assert!(bus
+            .insert(Arc::new(Mutex::new(Echo(vec![]))), 0x5f0, 0x10)
+            .is_ok());
+        assert!(bus
+            .insert(Arc::new(Mutex::new(Echo(vec![]))), 0x5f8, 0x10)
+            .is_err());
+        assert_eq!(
+            bus.insert(Arc::new(Mutex::new(Echo(vec![]))), 0x700, 0),
+            Err(BusError::ZeroLength(0x700))
+        );
     }
 }

@@ -1,1 +1,166 @@
-fn main() {}
+//! `cloud-hypervisor`: boots a Linux guest with FMem/SMem memory tiers,
+//! with Cloud Hypervisor's command-line syntax.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use vm_config::{
+    ConsoleConfig, CpusConfig, MemoryConfig, MemoryZoneConfig, NumaConfig, PayloadConfig, VmConfig,
+};
+use vmm::{ExitStatus, Vmm};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "cloud-hypervisor",
+    version,
+    about = "A Cloud-Hypervisor-compatible VMM for tiered memory (FMem/SMem NUMA nodes)",
+    long_about = "Boots a Linux guest whose memory tiers appear as NUMA nodes: a fast node with \
+the vCPUs (FMem) and memory-only slow nodes (SMem), described to the guest through ACPI \
+SRAT/SLIT/HMAT. Each --memory-zone is its own host mapping, bound to a host NUMA node."
+)]
+struct Cli {
+    /// Kernel to boot: a bzImage (as Debian ships it) or an ELF vmlinux.
+    #[arg(long, value_name = "PATH")]
+    kernel: Option<PathBuf>,
+    /// Initramfs image.
+    #[arg(long, value_name = "PATH")]
+    initramfs: Option<PathBuf>,
+    /// Kernel command line.
+    #[arg(long, value_name = "STRING")]
+    cmdline: Option<String>,
+    #[arg(long, help = CpusConfig::SYNTAX, default_value = "boot=1")]
+    cpus: String,
+    #[arg(long, help = MemoryConfig::SYNTAX, default_value = "size=512M")]
+    memory: String,
+    #[arg(long = "memory-zone", help = MemoryZoneConfig::SYNTAX, num_args = 1.., action = clap::ArgAction::Append)]
+    memory_zone: Vec<String>,
+    #[arg(long, help = NumaConfig::SYNTAX, num_args = 1.., action = clap::ArgAction::Append)]
+    numa: Vec<String>,
+    #[arg(long, help = ConsoleConfig::SERIAL_SYNTAX, default_value = "null")]
+    serial: String,
+    #[arg(long, help = ConsoleConfig::CONSOLE_SYNTAX, default_value = "off")]
+    console: String,
+    /// Write the log here instead of stderr.
+    #[arg(long = "log-file", value_name = "PATH")]
+    log_file: Option<PathBuf>,
+    /// More log output (-v info, -vv debug, -vvv trace).
+    #[arg(short, action = clap::ArgAction::Count)]
+    v: u8,
+}
+
+fn build_config(cli: &Cli) -> Result<VmConfig, String> {
+    let zones = cli
+        .memory_zone
+        .iter()
+        .map(|z| MemoryZoneConfig::parse(z))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let numa = cli
+        .numa
+        .iter()
+        .map(|n| NumaConfig::parse(n))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    if cli.kernel.is_none() && (cli.initramfs.is_some() || cli.cmdline.is_some()) {
+        return Err("--initramfs and --cmdline need --kernel".into());
+    }
+    let config = VmConfig {
+        cpus: CpusConfig::parse(&cli.cpus).map_err(|e| e.to_string())?,
+        memory: MemoryConfig::parse(&cli.memory, (!zones.is_empty()).then_some(zones))
+            .map_err(|e| e.to_string())?,
+        payload: cli.kernel.as_ref().map(|k| PayloadConfig {
+            kernel: Some(k.clone()),
+            initramfs: cli.initramfs.clone(),
+            cmdline: cli.cmdline.clone(),
+            firmware: None,
+        }),
+        serial: ConsoleConfig::parse_serial(&cli.serial).map_err(|e| e.to_string())?,
+        console: ConsoleConfig::parse_console(&cli.console).map_err(|e| e.to_string())?,
+        numa: (!numa.is_empty()).then_some(numa),
+        ..Default::default()
+    };
+    config.validate().map_err(|e| e.to_string())?;
+    check_payload_files(&config)?;
+    Ok(config)
+}
+
+/// Reports unreadable payload files before any guest memory is allocated.
+fn check_payload_files(config: &VmConfig) -> Result<(), String> {
+    let Some(p) = &config.payload else {
+        return Ok(());
+    };
+    for (option, path) in [("--kernel", &p.kernel), ("--initramfs", &p.initramfs)] {
+        if let Some(path) = path {
+            std::fs::File::open(path)
+                .map_err(|e| format!("{option}: cannot read {}: {e}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
+fn init_logging(cli: &Cli) -> Result<(), String> {
+    let level = match cli.v {
+        0 => log::LevelFilter::Warn,
+        1 => log::LevelFilter::Info,
+        2 => log::LevelFilter::Debug,
+        _ => log::LevelFilter::Trace,
+    };
+    let mut builder = env_logger::Builder::new();
+    builder.filter_level(level).format_timestamp_millis();
+    if let Some(path) = &cli.log_file {
+        let file = std::fs::File::create(path)
+            .map_err(|e| format!("--log-file: cannot create {}: {e}", path.display()))?;
+        builder.target(env_logger::Target::Pipe(Box::new(file)));
+    }
+    builder.try_init().map_err(|e| e.to_string())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Err(e) = init_logging(&cli) {
+        eprintln!("cloud-hypervisor: {e}");
+        return ExitCode::FAILURE;
+    }
+    let config = match build_config(&cli) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("cloud-hypervisor: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if config.payload.is_none() {
+        eprintln!("cloud-hypervisor: nothing to do: give --kernel");
+        return ExitCode::FAILURE;
+    }
+    let signals = match vmm::block_termination_signals() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("cloud-hypervisor: cannot set up signal handling: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(e) = vmm::cpu::register_kick_signal() {
+        eprintln!("cloud-hypervisor: cannot install the vCPU kick signal: {e}");
+        return ExitCode::FAILURE;
+    }
+    let _raw_terminal = (config.serial.mode == vm_config::ConsoleOutputMode::Tty)
+        .then(vmm::console::RawTerminal::enable)
+        .flatten();
+    let result = Vmm::new(config, signals).and_then(Vmm::run);
+    drop(_raw_terminal);
+    match result {
+        Ok(ExitStatus::Clean(why)) => {
+            log::info!("{why}");
+            ExitCode::SUCCESS
+        }
+        Ok(ExitStatus::Failed(why)) => {
+            eprintln!("cloud-hypervisor: {why}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("cloud-hypervisor: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -76,9 +76,16 @@ mod tests {
 
     #[test]
     fn s5_entry_and_reset_are_decoded() {
-        assert_eq!(AcpiPmDevice::decode(0, (5 << 2) | SLP_EN), Some(PowerEvent::PowerOff));
+        assert_eq!(
+            AcpiPmDevice::decode(0, (5 << 2) | SLP_EN),
+            Some(PowerEvent::PowerOff)
+        );
         assert_eq!(AcpiPmDevice::decode(0, 5 << 2), None, "SLP_EN not set");
-        assert_eq!(AcpiPmDevice::decode(0, (3 << 2) | SLP_EN), None, "S3 is not S5");
+        assert_eq!(
+            AcpiPmDevice::decode(0, (3 << 2) | SLP_EN),
+            None,
+            "S3 is not S5"
+        );
         assert_eq!(AcpiPmDevice::decode(2, 1), Some(PowerEvent::Reset));
         assert_eq!(AcpiPmDevice::decode(1, 1), None);
     }

@@ -1,0 +1,601 @@
+//! Keeps api/openapi/cloud-hypervisor.yaml and the code in step:
+//! * the routes (path + method) in the file are exactly the router's;
+//! * every schema's property names are exactly the serde fields (checked on
+//!   a fully populated sample of the Rust type, built with struct literals
+//!   so that a new field fails to compile here until it is added);
+//! * `required` is exactly the set of fields serde cannot do without;
+//! * every `default` is what serde fills in;
+//! * samples of every type validate against the schema (a small validator
+//!   for the subset of JSON Schema the file uses);
+//! * enums list exactly the Rust variants.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use api::router::{API_PREFIX, ROUTES};
+use api::{BalloonSize, DeviceNode, VmInfo, VmResizeData, VmState, VmmPingResponse};
+use serde_json::{json, Value};
+use vm_config::*;
+
+fn spec() -> Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi/cloud-hypervisor.yaml");
+    let text = std::fs::read_to_string(path).expect("yaml readable");
+    serde_yaml::from_str(&text).expect("yaml parses")
+}
+
+fn schema<'a>(spec: &'a Value, name: &str) -> &'a Value {
+    spec.pointer(&format!("/components/schemas/{name}"))
+        .unwrap_or_else(|| panic!("schema {name} missing"))
+}
+
+fn resolve<'a>(spec: &'a Value, s: &'a Value) -> &'a Value {
+    match s.get("$ref").and_then(Value::as_str) {
+        Some(r) => {
+            let name = r.strip_prefix("#/components/schemas/").expect("local ref");
+            resolve(spec, schema(spec, name))
+        }
+        None => s,
+    }
+}
+
+/// Validates `v` against schema `s` (the subset used by the file).
+fn validate(spec: &Value, s: &Value, v: &Value, at: &str) -> Result<(), String> {
+    if let Some(all) = s.get("allOf").and_then(Value::as_array) {
+        for part in all {
+            validate(spec, part, v, at)?;
+        }
+        return Ok(());
+    }
+    let s = resolve(spec, s);
+    if v.is_null() {
+        return if s.get("nullable") == Some(&Value::Bool(true)) {
+            Ok(())
+        } else {
+            Err(format!("{at}: null not allowed"))
+        };
+    }
+    if let Some(alts) = s.get("oneOf").and_then(Value::as_array) {
+        let ok = alts
+            .iter()
+            .filter(|a| validate(spec, a, v, at).is_ok())
+            .count();
+        return if ok == 1 {
+            Ok(())
+        } else {
+            Err(format!("{at}: {ok} oneOf alternatives match {v}"))
+        };
+    }
+    if let Some(e) = s.get("enum").and_then(Value::as_array) {
+        if !e.contains(v) {
+            return Err(format!("{at}: {v} not in enum {e:?}"));
+        }
+    }
+    let ty = s.get("type").and_then(Value::as_str);
+    match ty {
+        Some("object") => {
+            let obj = v.as_object().ok_or(format!("{at}: not an object: {v}"))?;
+            let props = s.get("properties").and_then(Value::as_object);
+            for req in s
+                .get("required")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let req = req.as_str().unwrap();
+                if !obj.contains_key(req) {
+                    return Err(format!("{at}: required {req} missing"));
+                }
+            }
+            for (k, val) in obj {
+                let sub = props.and_then(|p| p.get(k));
+                match (sub, s.get("additionalProperties")) {
+                    (Some(sub), _) => validate(spec, sub, val, &format!("{at}.{k}"))?,
+                    (None, Some(Value::Bool(false))) => {
+                        return Err(format!("{at}: unexpected property {k}"))
+                    }
+                    (None, Some(extra)) if extra.is_object() => {
+                        validate(spec, extra, val, &format!("{at}.{k}"))?
+                    }
+                    (None, _) => {}
+                }
+            }
+        }
+        Some("array") => {
+            let arr = v.as_array().ok_or(format!("{at}: not an array: {v}"))?;
+            let n = arr.len() as u64;
+            if s.get("minItems")
+                .and_then(Value::as_u64)
+                .is_some_and(|m| n < m)
+                || s.get("maxItems")
+                    .and_then(Value::as_u64)
+                    .is_some_and(|m| n > m)
+            {
+                return Err(format!("{at}: wrong length {n}"));
+            }
+            for (i, item) in arr.iter().enumerate() {
+                validate(spec, &s["items"], item, &format!("{at}[{i}]"))?;
+            }
+        }
+        Some("integer") => {
+            if !(v.is_u64() || v.is_i64()) {
+                return Err(format!("{at}: not an integer: {v}"));
+            }
+            let n = v.as_f64().unwrap();
+            if s.get("minimum")
+                .and_then(Value::as_f64)
+                .is_some_and(|m| n < m)
+                || s.get("maximum")
+                    .and_then(Value::as_f64)
+                    .is_some_and(|m| n > m)
+            {
+                return Err(format!("{at}: {v} out of range"));
+            }
+        }
+        Some("string") if !v.is_string() => return Err(format!("{at}: not a string: {v}")),
+        Some("boolean") if !v.is_boolean() => return Err(format!("{at}: not a boolean: {v}")),
+        Some("string" | "boolean") => {}
+        other => return Err(format!("{at}: schema type {other:?} not handled")),
+    }
+    Ok(())
+}
+
+/// A type described by a named schema: a full sample and how serde reads it.
+struct Case {
+    name: &'static str,
+    full: Value,
+    parses: fn(&Value) -> bool,
+}
+
+fn parses<T: serde::de::DeserializeOwned>(v: &Value) -> bool {
+    serde_json::from_value::<T>(v.clone()).is_ok()
+}
+
+fn roundtrip<T: serde::de::DeserializeOwned + serde::Serialize>(v: &Value) -> Option<Value> {
+    serde_json::from_value::<T>(v.clone())
+        .ok()
+        .map(|t| serde_json::to_value(t).unwrap())
+}
+
+fn full_topology() -> CpuTopology {
+    CpuTopology {
+        threads_per_core: 1,
+        cores_per_die: 2,
+        dies_per_package: 1,
+        packages: 1,
+    }
+}
+
+fn full_cpus() -> CpusConfig {
+    CpusConfig {
+        boot_vcpus: 2,
+        max_vcpus: 2,
+        topology: Some(full_topology()),
+        kvm_hyperv: false,
+        max_phys_bits: 46,
+        affinity: Some(vec![CpuAffinity {
+            vcpu: 0,
+            host_cpus: vec![0, 1],
+        }]),
+    }
+}
+
+fn full_zone() -> MemoryZoneConfig {
+    MemoryZoneConfig {
+        id: "fast".into(),
+        size: 1 << 30,
+        file: Some(PathBuf::from("/dev/dax0.0")),
+        shared: true,
+        hugepages: false,
+        hugepage_size: Some(2 << 20),
+        host_numa_node: Some(0),
+        hotplug_size: Some(0),
+        prefault: false,
+    }
+}
+
+fn full_memory() -> MemoryConfig {
+    MemoryConfig {
+        size: 0,
+        mergeable: false,
+        shared: true,
+        hugepages: false,
+        hugepage_size: Some(2 << 20),
+        prefault: false,
+        thp: true,
+        hotplug_size: Some(0),
+        zones: Some(vec![full_zone()]),
+    }
+}
+
+fn full_numa() -> NumaConfig {
+    NumaConfig {
+        guest_numa_id: 1,
+        cpus: Some(vec![0, 1]),
+        distances: Some(vec![NumaDistance {
+            destination: 0,
+            distance: 20,
+        }]),
+        memory_zones: Some(vec!["fast".into()]),
+        latency_ns: Some(300),
+        bandwidth_mbps: Some(10_000),
+    }
+}
+
+fn full_payload() -> PayloadConfig {
+    PayloadConfig {
+        firmware: Some("/fw".into()),
+        kernel: Some("/vmlinux".into()),
+        cmdline: Some("console=ttyS0".into()),
+        initramfs: Some("/initrd".into()),
+    }
+}
+
+fn full_console() -> ConsoleConfig {
+    ConsoleConfig {
+        file: Some("/tmp/serial.log".into()),
+        socket: Some("/tmp/serial.sock".into()),
+        mode: ConsoleOutputMode::File,
+        iommu: false,
+    }
+}
+
+fn full_vm_config() -> VmConfig {
+    VmConfig {
+        cpus: full_cpus(),
+        memory: full_memory(),
+        payload: Some(full_payload()),
+        serial: full_console(),
+        console: ConsoleConfig::default_console(),
+        numa: Some(vec![full_numa()]),
+        iommu: false,
+        watchdog: false,
+    }
+}
+
+fn full_device_node() -> DeviceNode {
+    DeviceNode {
+        id: "balloon0".into(),
+        resources: vec![json!({"MmioAddressRange": {"base": 4096, "size": 4096}})],
+        children: vec!["child".into()],
+        pci_bdf: Some("0000:00:05.0".into()),
+    }
+}
+
+fn v<T: serde::Serialize>(t: T) -> Value {
+    serde_json::to_value(t).unwrap()
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "VmConfig",
+            full: v(full_vm_config()),
+            parses: parses::<VmConfig>,
+        },
+        Case {
+            name: "CpusConfig",
+            full: v(full_cpus()),
+            parses: parses::<CpusConfig>,
+        },
+        Case {
+            name: "CpuTopology",
+            full: v(full_topology()),
+            parses: parses::<CpuTopology>,
+        },
+        Case {
+            name: "CpuAffinity",
+            full: v(full_cpus().affinity.unwrap().remove(0)),
+            parses: parses::<CpuAffinity>,
+        },
+        Case {
+            name: "MemoryConfig",
+            full: v(full_memory()),
+            parses: parses::<MemoryConfig>,
+        },
+        Case {
+            name: "MemoryZoneConfig",
+            full: v(full_zone()),
+            parses: parses::<MemoryZoneConfig>,
+        },
+        Case {
+            name: "NumaConfig",
+            full: v(full_numa()),
+            parses: parses::<NumaConfig>,
+        },
+        Case {
+            name: "NumaDistance",
+            full: v(full_numa().distances.unwrap().remove(0)),
+            parses: parses::<NumaDistance>,
+        },
+        Case {
+            name: "PayloadConfig",
+            full: v(full_payload()),
+            parses: parses::<PayloadConfig>,
+        },
+        Case {
+            name: "ConsoleConfig",
+            full: v(full_console()),
+            parses: parses::<ConsoleConfig>,
+        },
+        Case {
+            name: "VmInfo",
+            full: v(VmInfo {
+                config: full_vm_config(),
+                state: VmState::Running,
+                memory_actual_size: 1 << 30,
+                device_tree: Some(BTreeMap::from([("balloon0".into(), full_device_node())])),
+            }),
+            parses: parses::<VmInfo>,
+        },
+        Case {
+            name: "DeviceNode",
+            full: v(full_device_node()),
+            parses: parses::<DeviceNode>,
+        },
+        Case {
+            name: "VmmPingResponse",
+            full: v(VmmPingResponse::for_this_process(
+                "1.0",
+                vec!["tiers".into()],
+            )),
+            parses: parses::<VmmPingResponse>,
+        },
+        Case {
+            name: "VmResize",
+            full: v(VmResizeData {
+                desired_vcpus: Some(2),
+                desired_ram: Some(1 << 30),
+                desired_balloon: Some(BalloonSize { fmem: 1, smem: 2 }),
+            }),
+            parses: parses::<VmResizeData>,
+        },
+    ]
+}
+
+#[test]
+fn routes_in_the_file_are_exactly_the_routers() {
+    let spec = spec();
+    let servers = spec["servers"][0]["url"].as_str().unwrap();
+    assert_eq!(
+        format!("{}/", servers.trim_start_matches("http://localhost")),
+        API_PREFIX
+    );
+    let mut in_file = BTreeSet::new();
+    for (path, ops) in spec["paths"].as_object().unwrap() {
+        for method in ops.as_object().unwrap().keys() {
+            in_file.insert((
+                path.trim_start_matches('/').to_string(),
+                method.to_uppercase(),
+            ));
+        }
+    }
+    let in_code: BTreeSet<_> = ROUTES
+        .iter()
+        .map(|r| (r.endpoint.to_string(), r.method.to_string()))
+        .collect();
+    assert_eq!(in_file, in_code);
+}
+
+#[test]
+fn request_bodies_are_documented_exactly_for_json_routes() {
+    let spec = spec();
+    for r in ROUTES {
+        let op = &spec["paths"][format!("/{}", r.endpoint)][r.method.to_lowercase()];
+        let has_body = op.get("requestBody").is_some();
+        assert_eq!(
+            has_body,
+            r.body == api::router::BodyKind::Json,
+            "{}",
+            r.endpoint
+        );
+        let ok = r.empty_status.to_string();
+        if r.method == "PUT" {
+            assert!(op["responses"].get(&ok).is_some(), "{} {ok}", r.endpoint);
+        }
+    }
+}
+
+#[test]
+fn full_samples_validate_and_name_every_property() {
+    let spec = spec();
+    for case in cases() {
+        let s = schema(&spec, case.name);
+        validate(&spec, s, &case.full, case.name).unwrap();
+        let props: BTreeSet<&String> = s["properties"].as_object().unwrap().keys().collect();
+        let fields: BTreeSet<&String> = case.full.as_object().unwrap().keys().collect();
+        assert_eq!(
+            props, fields,
+            "{}: schema properties vs serde fields",
+            case.name
+        );
+    }
+}
+
+#[test]
+fn required_lists_are_exactly_the_fields_serde_needs() {
+    let spec = spec();
+    for case in cases() {
+        let s = schema(&spec, case.name);
+        assert!(
+            (case.parses)(&case.full),
+            "{} full sample parses",
+            case.name
+        );
+        let required: BTreeSet<String> = s
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|r| r.as_str().unwrap().to_owned())
+            .collect();
+        for field in case.full.as_object().unwrap().keys() {
+            let mut without = case.full.clone();
+            without.as_object_mut().unwrap().remove(field);
+            let serde_needs = !(case.parses)(&without);
+            assert_eq!(
+                serde_needs,
+                required.contains(field),
+                "{}.{field}: required in schema = {}, serde needs it = {serde_needs}",
+                case.name,
+                required.contains(field)
+            );
+        }
+    }
+}
+
+fn roundtrip_by_name(name: &str, v: &Value) -> Option<Value> {
+    match name {
+        "VmConfig" => roundtrip::<VmConfig>(v),
+        "CpusConfig" => roundtrip::<CpusConfig>(v),
+        "MemoryConfig" => roundtrip::<MemoryConfig>(v),
+        "MemoryZoneConfig" => roundtrip::<MemoryZoneConfig>(v),
+        "NumaConfig" => roundtrip::<NumaConfig>(v),
+        "ConsoleConfig" => roundtrip::<ConsoleConfig>(v),
+        "VmInfo" => roundtrip::<VmInfo>(v),
+        "DeviceNode" => roundtrip::<DeviceNode>(v),
+        "VmmPingResponse" => roundtrip::<VmmPingResponse>(v),
+        _ => None,
+    }
+}
+
+#[test]
+fn defaults_in_the_file_are_what_serde_fills_in() {
+    let spec = spec();
+    let mut checked = 0;
+    for case in cases() {
+        let s = schema(&spec, case.name);
+        for (field, prop) in s["properties"].as_object().unwrap() {
+            let default = prop.get("default").or_else(|| {
+                let inner = prop.get("allOf").map_or(prop, |a| &a[0]);
+                resolve(&spec, inner).get("default")
+            });
+            let mut without = case.full.clone();
+            without.as_object_mut().unwrap().remove(field);
+            let Some(filled) = roundtrip_by_name(case.name, &without) else {
+                continue;
+            };
+            let got = &filled[field];
+            match default {
+                Some(want) => {
+                    assert_eq!(got, want, "{}.{field} default", case.name);
+                    checked += 1;
+                }
+                // Without a documented default, an omitted field is null or
+                // absent (skipped when None).
+                None => assert!(
+                    got.is_null(),
+                    "{}.{field} has undocumented default {got}",
+                    case.name
+                ),
+            }
+        }
+    }
+    assert!(checked >= 20, "only {checked} defaults checked");
+}
+
+#[test]
+fn enums_list_exactly_the_rust_variants() {
+    let spec = spec();
+    let modes = [
+        ConsoleOutputMode::Off,
+        ConsoleOutputMode::Pty,
+        ConsoleOutputMode::Tty,
+        ConsoleOutputMode::File,
+        ConsoleOutputMode::Socket,
+        ConsoleOutputMode::Null,
+    ];
+    // Exhaustive match: a new variant fails to compile here.
+    for m in modes {
+        match m {
+            ConsoleOutputMode::Off
+            | ConsoleOutputMode::Pty
+            | ConsoleOutputMode::Tty
+            | ConsoleOutputMode::File
+            | ConsoleOutputMode::Socket
+            | ConsoleOutputMode::Null => {}
+        }
+    }
+    let want: Vec<Value> = modes.iter().map(v).collect();
+    assert_eq!(
+        schema(&spec, "ConsoleConfig")["properties"]["mode"]["enum"]
+            .as_array()
+            .unwrap(),
+        &want
+    );
+    let states = [
+        VmState::Created,
+        VmState::Running,
+        VmState::Shutdown,
+        VmState::Paused,
+    ];
+    for s in states {
+        match s {
+            VmState::Created | VmState::Running | VmState::Shutdown | VmState::Paused => {}
+        }
+    }
+    let want: Vec<Value> = states.iter().map(v).collect();
+    assert_eq!(
+        schema(&spec, "VmInfo")["properties"]["state"]["enum"]
+            .as_array()
+            .unwrap(),
+        &want
+    );
+}
+
+#[test]
+fn defaults_and_minimal_values_validate_too() {
+    let spec = spec();
+    let minimal = [
+        ("VmConfig", v(VmConfig::default())),
+        ("VmConfig", json!({})),
+        ("CpusConfig", v(CpusConfig::default())),
+        ("MemoryConfig", v(MemoryConfig::default())),
+        ("NumaConfig", v(NumaConfig::default())),
+        ("PayloadConfig", v(PayloadConfig::default())),
+        ("VmResize", v(VmResizeData::default())),
+        ("VmResize", json!({"desired_balloon": 5})),
+        ("VmResize", json!({"desired_balloon": null})),
+        ("DeviceNode", v(DeviceNode::default())),
+        ("ErrorBody", json!(["VM is not booted"])),
+        ("VmCounters", json!({"balloon": {"inflate": 3}})),
+    ];
+    for (name, value) in minimal {
+        validate(&spec, schema(&spec, name), &value, name).unwrap();
+    }
+    // Schema-level defaults of the nested configs are the Rust defaults.
+    assert_eq!(
+        schema(&spec, "CpusConfig")["default"],
+        v(CpusConfig::default())
+    );
+    assert_eq!(
+        schema(&spec, "MemoryConfig")["default"],
+        v(MemoryConfig::default())
+    );
+}
+
+#[test]
+fn the_balloon_schema_accepts_and_rejects_what_serde_does() {
+    let spec = spec();
+    let s = schema(&spec, "VmResize");
+    for body in [
+        json!({"desired_balloon": 1}),
+        json!({"desired_balloon": [1, 2]}),
+        json!({"desired_balloon": [1]}),
+        json!({"desired_balloon": [1, 2, 3]}),
+        json!({"desired_balloon": -1}),
+        json!({"desired_balloon": [1, -2]}),
+        json!({"desired_balloon": "1G"}),
+        json!({"desired_balloon": 1.5}),
+        json!({"desired_vcpus": 0}),
+        json!({"desired_vcpus": 1}),
+        json!({"desired_vcpus": 256}),
+        json!({"desired_ram": -1}),
+        json!({"other": 1}),
+    ] {
+        let schema_ok = validate(&spec, s, &body, "VmResize").is_ok();
+        let code_ok =
+            api::router::parse_request("PUT", "/api/v1/vm.resize", body.to_string().as_bytes())
+                .is_ok();
+        assert_eq!(schema_ok, code_ok, "{body}");
+    }
+}

@@ -1,0 +1,1064 @@
+//! The virtio-mmio transport, "modern" register layout (version 2), as in
+//! virtio 1.2 section 4.2.
+//!
+//! One [`MmioTransport`] owns a 4 KiB window ([`MMIO_WINDOW_SIZE`]) on the
+//! VMM's MMIO [`Bus`](crate::Bus). Wiring it into a VM takes three steps,
+//! all done by the VMM (this crate never calls KVM):
+//!
+//! 1. the transport's interrupt eventfd ([`MmioTransport::irq_evt`]) is
+//!    registered as a KVM irqfd for the window's GSI (edge triggered; the
+//!    ACPI DSDT describes the window as an `LNRO0005` device with that GSI);
+//! 2. each queue eventfd ([`MmioTransport::queue_evts`], index `i`) is
+//!    registered as a KVM ioeventfd at `base + MMIO_NOTIFY_OFFSET`, 4 bytes,
+//!    with datamatch `i`, so guest notifications never leave the kernel;
+//!    a notification that does reach the bus (no ioeventfd registered)
+//!    signals the same eventfd, so both paths work;
+//! 3. the transport is inserted on the MMIO bus at `base` with length
+//!    [`MMIO_WINDOW_SIZE`].
+//!
+//! Everything the driver writes is checked here before the device sees it:
+//! status transitions follow section 3.1.1, feature bits must be a subset of
+//! what the device offered and include `VIRTIO_F_VERSION_1`, queue sizes
+//! must be powers of two no larger than the device's maximum, and ring
+//! addresses must be aligned and inside guest memory.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use log::{debug, warn};
+use virtio_queue::{Queue, QueueT};
+use vmm_sys_util::eventfd::EventFd;
+
+use super::{
+    status, ActiveQueue, GuestMemoryMmap, VirtioDevice, VirtioInterrupt, VirtioInterruptType,
+    VIRTIO_F_VERSION_1,
+};
+use crate::{BusDevice, IrqTrigger};
+
+/// Size of one virtio-mmio window.
+pub const MMIO_WINDOW_SIZE: u64 = 0x1000;
+/// Offset of the QueueNotify register inside a window: where the VMM
+/// registers the queue ioeventfds (datamatch = queue index).
+pub const MMIO_NOTIFY_OFFSET: u64 = 0x50;
+
+const MAGIC_VALUE: u32 = 0x7472_6976; // "virt"
+const MMIO_VERSION: u32 = 2;
+const VENDOR_ID: u32 = 0;
+
+// Register offsets (virtio 1.2 section 4.2.2, table "MMIO Device Register Layout").
+const REG_MAGIC: u64 = 0x000;
+const REG_VERSION: u64 = 0x004;
+const REG_DEVICE_ID: u64 = 0x008;
+const REG_VENDOR_ID: u64 = 0x00c;
+const REG_DEVICE_FEATURES: u64 = 0x010;
+const REG_DEVICE_FEATURES_SEL: u64 = 0x014;
+const REG_DRIVER_FEATURES: u64 = 0x020;
+const REG_DRIVER_FEATURES_SEL: u64 = 0x024;
+const REG_QUEUE_SEL: u64 = 0x030;
+const REG_QUEUE_NUM_MAX: u64 = 0x034;
+const REG_QUEUE_NUM: u64 = 0x038;
+const REG_QUEUE_READY: u64 = 0x044;
+const REG_QUEUE_NOTIFY: u64 = MMIO_NOTIFY_OFFSET;
+const REG_INTERRUPT_STATUS: u64 = 0x060;
+const REG_INTERRUPT_ACK: u64 = 0x064;
+const REG_STATUS: u64 = 0x070;
+const REG_QUEUE_DESC_LOW: u64 = 0x080;
+const REG_QUEUE_DESC_HIGH: u64 = 0x084;
+const REG_QUEUE_DRIVER_LOW: u64 = 0x090;
+const REG_QUEUE_DRIVER_HIGH: u64 = 0x094;
+const REG_QUEUE_DEVICE_LOW: u64 = 0x0a0;
+const REG_QUEUE_DEVICE_HIGH: u64 = 0x0a4;
+const REG_SHM_SEL: u64 = 0x0ac;
+const REG_SHM_LEN_LOW: u64 = 0x0b0;
+const REG_SHM_BASE_HIGH: u64 = 0x0bc;
+const REG_CONFIG_GENERATION: u64 = 0x0fc;
+const CONFIG_SPACE: u64 = 0x100;
+
+/// InterruptStatus bit: a used buffer was added to a queue.
+pub const INT_USED_BUFFER: u32 = virtio_bindings::virtio_mmio::VIRTIO_MMIO_INT_VRING;
+/// InterruptStatus bit: the configuration space changed.
+pub const INT_CONFIG_CHANGE: u32 = virtio_bindings::virtio_mmio::VIRTIO_MMIO_INT_CONFIG;
+
+/// The interrupt side of a virtio-mmio window: the InterruptStatus bits,
+/// the configuration generation counter and the eventfd KVM turns into a
+/// GSI edge. Shared between the transport and the device's threads.
+#[derive(Debug)]
+pub struct MmioInterrupt {
+    status: AtomicU32,
+    config_generation: AtomicU32,
+    irq: IrqTrigger,
+}
+
+impl MmioInterrupt {
+    /// A new interrupt using `irq`.
+    pub fn new(irq: IrqTrigger) -> Self {
+        Self {
+            status: AtomicU32::new(0),
+            config_generation: AtomicU32::new(0),
+            irq,
+        }
+    }
+
+    /// Current InterruptStatus register value.
+    pub fn status(&self) -> u32 {
+        self.status.load(Ordering::SeqCst)
+    }
+
+    /// Current ConfigGeneration register value.
+    pub fn config_generation(&self) -> u32 {
+        self.config_generation.load(Ordering::SeqCst)
+    }
+
+    /// The eventfd to register as a KVM irqfd.
+    pub fn irq_evt(&self) -> &EventFd {
+        &self.irq.0
+    }
+
+    fn ack(&self, bits: u32) {
+        self.status.fetch_and(!bits, Ordering::SeqCst);
+    }
+
+    fn clear(&self) {
+        self.status.store(0, Ordering::SeqCst);
+    }
+}
+
+impl VirtioInterrupt for MmioInterrupt {
+    fn trigger(&self, int_type: VirtioInterruptType) -> std::io::Result<()> {
+        let bit = match int_type {
+            VirtioInterruptType::Config => {
+                // Section 4.2.2: ConfigGeneration changes whenever the
+                // configuration space may have changed.
+                self.config_generation.fetch_add(1, Ordering::SeqCst);
+                INT_CONFIG_CHANGE
+            }
+            VirtioInterruptType::Queue(_) => INT_USED_BUFFER,
+        };
+        self.status.fetch_or(bit, Ordering::SeqCst);
+        self.irq.0.write(1)
+    }
+}
+
+/// Kinds of driver mistakes, each logged once per transport.
+#[derive(Clone, Copy)]
+enum Misuse {
+    Access = 0,
+    Status,
+    Features,
+    QueueWrite,
+    QueueValue,
+    Activate,
+    Notify,
+}
+
+/// A virtio-mmio (version 2) window in front of one [`VirtioDevice`].
+pub struct MmioTransport {
+    device: Arc<Mutex<dyn VirtioDevice>>,
+    mem: GuestMemoryMmap,
+    interrupt: Arc<MmioInterrupt>,
+    queue_evts: Vec<EventFd>,
+    queues: Vec<Queue>,
+    /// A queue whose size or address the driver set to something invalid:
+    /// activation will fail with DEVICE_NEEDS_RESET.
+    queue_bad: Vec<bool>,
+    queue_select: u32,
+    device_features_select: u32,
+    driver_features_select: u32,
+    driver_features: u64,
+    status: u32,
+    activated: bool,
+    warned: u32,
+}
+
+impl MmioTransport {
+    /// A transport for `device`, accessing `mem`, interrupting through `irq`.
+    ///
+    /// Creates one notification eventfd per queue the device can have at
+    /// most (the length of its first [`VirtioDevice::queue_max_sizes`]).
+    pub fn new(
+        device: Arc<Mutex<dyn VirtioDevice>>,
+        mem: GuestMemoryMmap,
+        irq: IrqTrigger,
+    ) -> std::io::Result<Self> {
+        let max_sizes = lock(&device).queue_max_sizes();
+        let queue_evts = max_sizes
+            .iter()
+            .map(|_| EventFd::new(libc::EFD_NONBLOCK))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let mut transport = Self {
+            device,
+            mem,
+            interrupt: Arc::new(MmioInterrupt::new(irq)),
+            queue_evts,
+            queues: Vec::new(),
+            queue_bad: Vec::new(),
+            queue_select: 0,
+            device_features_select: 0,
+            driver_features_select: 0,
+            driver_features: 0,
+            status: 0,
+            activated: false,
+            warned: 0,
+        };
+        transport.build_queues(&max_sizes)?;
+        Ok(transport)
+    }
+
+    /// Queue notification eventfds, by queue index. Register each as a KVM
+    /// ioeventfd at `base + MMIO_NOTIFY_OFFSET` (4 bytes) with datamatch =
+    /// its index.
+    pub fn queue_evts(&self) -> &[EventFd] {
+        &self.queue_evts
+    }
+
+    /// The interrupt eventfd to register as a KVM irqfd for this window's GSI.
+    pub fn irq_evt(&self) -> &EventFd {
+        self.interrupt.irq_evt()
+    }
+
+    /// The interrupt state shared with the device.
+    pub fn interrupt(&self) -> Arc<MmioInterrupt> {
+        self.interrupt.clone()
+    }
+
+    /// The device behind this window.
+    pub fn device(&self) -> Arc<Mutex<dyn VirtioDevice>> {
+        self.device.clone()
+    }
+
+    /// The Status register.
+    pub fn status(&self) -> u32 {
+        self.status
+    }
+
+    /// Whether the device was activated (DRIVER_OK accepted).
+    pub fn is_activated(&self) -> bool {
+        self.activated
+    }
+
+    fn misuse(&mut self, kind: Misuse, msg: std::fmt::Arguments<'_>) {
+        let bit = 1u32 << kind as u32;
+        if self.warned & bit == 0 {
+            self.warned |= bit;
+            warn!("virtio-mmio: {msg} (further messages of this kind suppressed)");
+        } else {
+            debug!("virtio-mmio: {msg}");
+        }
+    }
+
+    fn build_queues(&mut self, max_sizes: &[u16]) -> std::io::Result<()> {
+        // Never more queues than eventfds the VMM registered.
+        let n = max_sizes.len().min(self.queue_evts.len());
+        self.queues = max_sizes[..n]
+            .iter()
+            .map(|&max| {
+                Queue::new(max).map_err(|e| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        format!("queue max size {max}: {e}"),
+                    )
+                })
+            })
+            .collect::<std::io::Result<_>>()?;
+        self.queue_bad = vec![false; n];
+        Ok(())
+    }
+
+    fn selected_queue(&mut self) -> Option<&mut Queue> {
+        self.queues.get_mut(self.queue_select as usize)
+    }
+
+    /// Section 2.4 (device reset) and 4.2.2.1: writing 0 to Status resets
+    /// the device; QueueReady, InterruptStatus and features read as zero.
+    fn reset(&mut self) {
+        let ok = lock(&self.device).reset();
+        let max_sizes = lock(&self.device).queue_max_sizes();
+        if self.build_queues(&max_sizes).is_err() {
+            self.queues.clear();
+            self.queue_bad.clear();
+        }
+        for evt in &self.queue_evts {
+            // Drop notifications the old driver left behind.
+            let _ = evt.read();
+        }
+        self.interrupt.clear();
+        self.queue_select = 0;
+        self.device_features_select = 0;
+        self.driver_features_select = 0;
+        self.driver_features = 0;
+        self.activated = false;
+        if !ok {
+            // The driver polls Status until it reads 0 (Linux vm_reset), so
+            // report the reset as done and keep the device inactive.
+            warn!(
+                "virtio-mmio: device {} failed to reset",
+                lock(&self.device).device_type()
+            );
+        }
+        self.status = 0;
+    }
+
+    /// The status state machine (sections 2.1 and 3.1.1).
+    fn write_status(&mut self, value: u32) {
+        if value == 0 {
+            self.reset();
+            return;
+        }
+        // DEVICE_NEEDS_RESET is the device's bit; the driver cannot set or clear it.
+        let value =
+            (value & !status::DEVICE_NEEDS_RESET) | (self.status & status::DEVICE_NEEDS_RESET);
+        let old = self.status;
+        if value & old != old {
+            self.misuse(
+                Misuse::Status,
+                format_args!("driver cleared status bits {old:#x} -> {value:#x} without a reset"),
+            );
+            return;
+        }
+        let added = value & !old;
+        if added & status::FAILED != 0 {
+            // Section 2.1: the driver gave up; keep the device as it is.
+            self.status |= status::FAILED;
+        }
+        // Section 3.1.1: ACKNOWLEDGE, DRIVER, FEATURES_OK, DRIVER_OK, in order.
+        let prereq = [
+            (status::ACKNOWLEDGE, 0),
+            (status::DRIVER, status::ACKNOWLEDGE),
+            (status::FEATURES_OK, status::DRIVER),
+            (status::DRIVER_OK, status::FEATURES_OK),
+        ];
+        for (bit, needs) in prereq {
+            if added & bit == 0 {
+                continue;
+            }
+            if self.status & needs != needs {
+                let st = self.status;
+                self.misuse(
+                    Misuse::Status,
+                    format_args!("status bit {bit:#x} set before {needs:#x} (status {st:#x})"),
+                );
+                return;
+            }
+            match bit {
+                // Section 3.1.1 step 6: on refusal the driver re-reads
+                // Status and sees FEATURES_OK unset.
+                status::FEATURES_OK if !self.negotiate() => return,
+                status::DRIVER_OK => {
+                    self.status |= status::DRIVER_OK;
+                    self.activate();
+                    continue;
+                }
+                _ => {}
+            }
+            self.status |= bit;
+        }
+        let unknown = added
+            & !(status::ACKNOWLEDGE
+                | status::DRIVER
+                | status::FEATURES_OK
+                | status::DRIVER_OK
+                | status::FAILED);
+        if unknown != 0 {
+            self.misuse(
+                Misuse::Status,
+                format_args!("unknown status bits {unknown:#x} ignored"),
+            );
+        }
+    }
+
+    /// Section 2.2 / 6.1: the driver may accept only offered features and
+    /// must accept VIRTIO_F_VERSION_1 on a modern transport.
+    fn negotiate(&mut self) -> bool {
+        let offered = lock(&self.device).features();
+        let accepted = self.driver_features;
+        if accepted & !offered != 0 {
+            self.misuse(
+                Misuse::Features,
+                format_args!(
+                    "driver accepted features {:#x} the device never offered",
+                    accepted & !offered
+                ),
+            );
+            return false;
+        }
+        if accepted & (1u64 << VIRTIO_F_VERSION_1) == 0 {
+            self.misuse(
+                Misuse::Features,
+                format_args!(
+                    "driver did not accept VIRTIO_F_VERSION_1 (legacy drivers are not supported)"
+                ),
+            );
+            return false;
+        }
+        let max_sizes = {
+            let mut dev = lock(&self.device);
+            dev.ack_features(accepted);
+            dev.queue_max_sizes()
+        };
+        if let Err(e) = self.build_queues(&max_sizes) {
+            self.misuse(
+                Misuse::Activate,
+                format_args!("device queue layout after negotiation: {e}"),
+            );
+            return false;
+        }
+        true
+    }
+
+    /// DRIVER_OK: hand the ready queues to the device. On failure set
+    /// DEVICE_NEEDS_RESET and send a configuration change notification
+    /// (section 2.1.2).
+    fn activate(&mut self) {
+        let mut active = Vec::new();
+        let mut error = None;
+        for (index, queue) in self.queues.iter().enumerate() {
+            if !queue.ready() {
+                continue;
+            }
+            if self.queue_bad[index] || !queue.is_valid(&self.mem) {
+                error = Some(format!("queue {index} has an invalid size or ring address"));
+                break;
+            }
+            let copy =
+                Queue::try_from(queue.state()).map_err(|e| format!("copying queue {index}: {e}"));
+            let event = self.queue_evts[index]
+                .try_clone()
+                .map_err(|e| format!("cloning queue {index} eventfd: {e}"));
+            match (copy, event) {
+                (Ok(queue), Ok(event)) => active.push(ActiveQueue {
+                    index,
+                    queue,
+                    event,
+                }),
+                (Err(e), _) | (_, Err(e)) => {
+                    error = Some(e);
+                    break;
+                }
+            }
+        }
+        let result = match error {
+            Some(e) => Err(e),
+            None => lock(&self.device)
+                .activate(self.mem.clone(), self.interrupt.clone(), active)
+                .map_err(|e| e.to_string()),
+        };
+        match result {
+            Ok(()) => self.activated = true,
+            Err(e) => {
+                self.misuse(Misuse::Activate, format_args!("activation failed: {e}"));
+                self.status |= status::DEVICE_NEEDS_RESET;
+                let _ = self.interrupt.trigger(VirtioInterruptType::Config);
+            }
+        }
+    }
+
+    /// Queue registers may only be written between FEATURES_OK and
+    /// DRIVER_OK (section 4.2.3.2), and size/addresses only while the queue
+    /// is not ready (section 4.2.2.2).
+    fn queue_writable(&mut self, reg: u64, needs_not_ready: bool) -> bool {
+        let st = self.status;
+        if st & status::FEATURES_OK == 0 || st & status::DRIVER_OK != 0 {
+            self.misuse(
+                Misuse::QueueWrite,
+                format_args!("queue register {reg:#x} written in status {st:#x}"),
+            );
+            return false;
+        }
+        let sel = self.queue_select;
+        match self.queues.get(sel as usize).map(|q| q.ready()) {
+            None => {
+                self.misuse(
+                    Misuse::QueueWrite,
+                    format_args!("queue register {reg:#x} written for missing queue {sel}"),
+                );
+                false
+            }
+            Some(true) if needs_not_ready => {
+                self.misuse(
+                    Misuse::QueueWrite,
+                    format_args!("queue {sel} register {reg:#x} written while the queue is ready"),
+                );
+                false
+            }
+            Some(_) => true,
+        }
+    }
+
+    fn write_queue_reg(&mut self, reg: u64, v: u32) {
+        // Linux deletes its queues after a reset by writing QueueReady = 0
+        // (and checks it reads back 0): harmless whenever not running.
+        if reg == REG_QUEUE_READY && v == 0 && self.status & status::DRIVER_OK == 0 {
+            if let Some(q) = self.selected_queue() {
+                q.set_ready(false);
+            }
+            return;
+        }
+        if !self.queue_writable(reg, reg != REG_QUEUE_READY) {
+            return;
+        }
+        let sel = self.queue_select as usize;
+        let q = &mut self.queues[sel];
+        let ok = match reg {
+            REG_QUEUE_NUM => {
+                let size = u16::try_from(v).unwrap_or(0);
+                q.try_set_size(size).is_ok()
+            }
+            REG_QUEUE_READY => {
+                q.set_ready(v == 1);
+                v <= 1
+            }
+            REG_QUEUE_DESC_LOW | REG_QUEUE_DESC_HIGH => {
+                let a = compose(q.desc_table(), reg == REG_QUEUE_DESC_HIGH, v);
+                q.try_set_desc_table_address(vm_memory::GuestAddress(a))
+                    .is_ok()
+            }
+            REG_QUEUE_DRIVER_LOW | REG_QUEUE_DRIVER_HIGH => {
+                let a = compose(q.avail_ring(), reg == REG_QUEUE_DRIVER_HIGH, v);
+                q.try_set_avail_ring_address(vm_memory::GuestAddress(a))
+                    .is_ok()
+            }
+            REG_QUEUE_DEVICE_LOW | REG_QUEUE_DEVICE_HIGH => {
+                let a = compose(q.used_ring(), reg == REG_QUEUE_DEVICE_HIGH, v);
+                q.try_set_used_ring_address(vm_memory::GuestAddress(a))
+                    .is_ok()
+            }
+            _ => true,
+        };
+        if !ok {
+            self.queue_bad[sel] = true;
+            self.misuse(
+                Misuse::QueueValue,
+                format_args!("queue {sel}: invalid value {v:#x} for register {reg:#x}"),
+            );
+        }
+    }
+
+    fn read_reg(&mut self, offset: u64) -> u32 {
+        match offset {
+            REG_MAGIC => MAGIC_VALUE,
+            REG_VERSION => MMIO_VERSION,
+            REG_DEVICE_ID => lock(&self.device).device_type(),
+            REG_VENDOR_ID => VENDOR_ID,
+            REG_DEVICE_FEATURES => {
+                let f = lock(&self.device).features();
+                match self.device_features_select {
+                    0 => f as u32,
+                    1 => (f >> 32) as u32,
+                    _ => 0,
+                }
+            }
+            REG_QUEUE_NUM_MAX => self.selected_queue().map_or(0, |q| u32::from(q.max_size())),
+            REG_QUEUE_READY => self.selected_queue().map_or(0, |q| u32::from(q.ready())),
+            REG_INTERRUPT_STATUS => self.interrupt.status(),
+            REG_STATUS => self.status,
+            // Section 4.2.2: a non-existent shared memory region has length -1.
+            REG_SHM_LEN_LOW..=REG_SHM_BASE_HIGH => u32::MAX,
+            REG_CONFIG_GENERATION => self.interrupt.config_generation(),
+            _ => {
+                self.misuse(
+                    Misuse::Access,
+                    format_args!("read of write-only or unknown register {offset:#x}"),
+                );
+                0
+            }
+        }
+    }
+
+    fn write_reg(&mut self, offset: u64, v: u32) {
+        match offset {
+            REG_DEVICE_FEATURES_SEL => self.device_features_select = v,
+            REG_DRIVER_FEATURES_SEL => self.driver_features_select = v,
+            REG_DRIVER_FEATURES => {
+                // Section 3.1.1: features are written after DRIVER and before FEATURES_OK.
+                if self.status & status::DRIVER == 0 || self.status & status::FEATURES_OK != 0 {
+                    let st = self.status;
+                    self.misuse(
+                        Misuse::Features,
+                        format_args!("DriverFeatures written in status {st:#x}"),
+                    );
+                    return;
+                }
+                match self.driver_features_select {
+                    0 => {
+                        self.driver_features = (self.driver_features & !0xffff_ffff) | u64::from(v)
+                    }
+                    1 => {
+                        self.driver_features =
+                            (self.driver_features & 0xffff_ffff) | (u64::from(v) << 32)
+                    }
+                    s => {
+                        if v != 0 {
+                            self.misuse(
+                                Misuse::Features,
+                                format_args!("driver accepted features {v:#x} in unknown word {s}"),
+                            );
+                        }
+                    }
+                }
+            }
+            REG_QUEUE_SEL => self.queue_select = v,
+            REG_QUEUE_NUM
+            | REG_QUEUE_READY
+            | REG_QUEUE_DESC_LOW
+            | REG_QUEUE_DESC_HIGH
+            | REG_QUEUE_DRIVER_LOW
+            | REG_QUEUE_DRIVER_HIGH
+            | REG_QUEUE_DEVICE_LOW
+            | REG_QUEUE_DEVICE_HIGH => self.write_queue_reg(offset, v),
+            REG_QUEUE_NOTIFY => match self
+                .queue_evts
+                .get(v as usize)
+                .filter(|_| (v as usize) < self.queues.len())
+            {
+                Some(evt) => {
+                    if let Err(e) = evt.write(1) {
+                        warn!("virtio-mmio: signalling queue {v}: {e}");
+                    }
+                }
+                None => self.misuse(
+                    Misuse::Notify,
+                    format_args!("notification for missing queue {v}"),
+                ),
+            },
+            REG_INTERRUPT_ACK => self.interrupt.ack(v),
+            REG_STATUS => self.write_status(v),
+            REG_SHM_SEL => {}
+            _ => self.misuse(
+                Misuse::Access,
+                format_args!("write of read-only or unknown register {offset:#x}"),
+            ),
+        }
+    }
+}
+
+/// Replaces the low or high 32 bits of `old` with `v`.
+fn compose(old: u64, high: bool, v: u32) -> u64 {
+    if high {
+        (old & 0xffff_ffff) | (u64::from(v) << 32)
+    } else {
+        (old & !0xffff_ffff) | u64::from(v)
+    }
+}
+
+fn lock(dev: &Arc<Mutex<dyn VirtioDevice>>) -> MutexGuard<'_, dyn VirtioDevice + 'static> {
+    dev.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl BusDevice for MmioTransport {
+    fn read(&mut self, offset: u64, data: &mut [u8]) {
+        if offset >= CONFIG_SPACE {
+            lock(&self.device).read_config(offset - CONFIG_SPACE, data);
+            return;
+        }
+        // Section 4.2.2.2: registers are accessed with 32-bit aligned accesses.
+        if data.len() != 4 || !offset.is_multiple_of(4) {
+            self.misuse(
+                Misuse::Access,
+                format_args!("{}-byte read at {offset:#x}", data.len()),
+            );
+            data.fill(0);
+            return;
+        }
+        let v = self.read_reg(offset);
+        data.copy_from_slice(&v.to_le_bytes());
+    }
+
+    fn write(&mut self, offset: u64, data: &[u8]) {
+        if offset >= CONFIG_SPACE {
+            lock(&self.device).write_config(offset - CONFIG_SPACE, data);
+            return;
+        }
+        let Ok(bytes) = <[u8; 4]>::try_from(data) else {
+            self.misuse(
+                Misuse::Access,
+                format_args!("{}-byte write at {offset:#x}", data.len()),
+            );
+            return;
+        };
+        if !offset.is_multiple_of(4) {
+            self.misuse(
+                Misuse::Access,
+                format_args!("unaligned write at {offset:#x}"),
+            );
+            return;
+        }
+        self.write_reg(offset, u32::from_le_bytes(bytes));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::virtio::ActivateError;
+    use vm_memory::GuestAddress;
+
+    const MEM_SIZE: usize = 0x10_0000;
+
+    #[derive(Default)]
+    struct Dummy {
+        acked: u64,
+        config: [u8; 8],
+        activated: Option<Vec<(usize, u16)>>,
+        resets: u32,
+        fail_activate: bool,
+        extra_queue_feature: bool,
+    }
+
+    const DUMMY_FEATURE_EXTRA: u64 = 1 << 3;
+
+    impl VirtioDevice for Dummy {
+        fn device_type(&self) -> u32 {
+            42
+        }
+        fn queue_max_sizes(&self) -> Vec<u16> {
+            // A third queue exists only if feature bit 3 is acked (or not yet negotiated).
+            if self.acked == 0 || self.acked & DUMMY_FEATURE_EXTRA != 0 {
+                vec![16, 8, 4]
+            } else {
+                vec![16, 8]
+            }
+        }
+        fn features(&self) -> u64 {
+            (1 << VIRTIO_F_VERSION_1)
+                | DUMMY_FEATURE_EXTRA
+                | if self.extra_queue_feature { 1 << 40 } else { 0 }
+        }
+        fn ack_features(&mut self, features: u64) {
+            self.acked = features;
+        }
+        fn read_config(&self, offset: u64, data: &mut [u8]) {
+            crate::virtio::read_config_from_slice(&self.config, offset, data);
+        }
+        fn write_config(&mut self, offset: u64, data: &[u8]) {
+            if offset == 0 && data.len() == 4 {
+                self.config[..4].copy_from_slice(data);
+            }
+        }
+        fn activate(
+            &mut self,
+            _mem: GuestMemoryMmap,
+            interrupt: Arc<dyn VirtioInterrupt>,
+            queues: Vec<ActiveQueue>,
+        ) -> Result<(), ActivateError> {
+            if self.fail_activate {
+                return Err(ActivateError::MissingQueue(0));
+            }
+            interrupt.trigger(VirtioInterruptType::Queue(0)).unwrap();
+            self.activated = Some(queues.iter().map(|q| (q.index, q.queue.size())).collect());
+            Ok(())
+        }
+        fn reset(&mut self) -> bool {
+            self.resets += 1;
+            self.acked = 0;
+            self.activated = None;
+            true
+        }
+    }
+
+    fn setup() -> (Arc<Mutex<Dummy>>, MmioTransport) {
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM_SIZE)]).unwrap();
+        let dev = Arc::new(Mutex::new(Dummy::default()));
+        let t = MmioTransport::new(dev.clone(), mem, IrqTrigger::new().unwrap()).unwrap();
+        (dev, t)
+    }
+
+    fn r(t: &mut MmioTransport, off: u64) -> u32 {
+        let mut b = [0u8; 4];
+        t.read(off, &mut b);
+        u32::from_le_bytes(b)
+    }
+
+    fn w(t: &mut MmioTransport, off: u64, v: u32) {
+        t.write(off, &v.to_le_bytes());
+    }
+
+    fn set_features(t: &mut MmioTransport, f: u64) {
+        w(t, REG_DRIVER_FEATURES_SEL, 0);
+        w(t, REG_DRIVER_FEATURES, f as u32);
+        w(t, REG_DRIVER_FEATURES_SEL, 1);
+        w(t, REG_DRIVER_FEATURES, (f >> 32) as u32);
+    }
+
+    fn setup_queue(t: &mut MmioTransport, idx: u32, size: u32, base: u64) {
+        w(t, REG_QUEUE_SEL, idx);
+        w(t, REG_QUEUE_NUM, size);
+        w(t, REG_QUEUE_DESC_LOW, base as u32);
+        w(t, REG_QUEUE_DESC_HIGH, (base >> 32) as u32);
+        w(t, REG_QUEUE_DRIVER_LOW, (base + 0x1000) as u32);
+        w(t, REG_QUEUE_DRIVER_HIGH, 0);
+        w(t, REG_QUEUE_DEVICE_LOW, (base + 0x2000) as u32);
+        w(t, REG_QUEUE_DEVICE_HIGH, 0);
+        w(t, REG_QUEUE_READY, 1);
+    }
+
+    /// Drives the device to FEATURES_OK with `features`.
+    fn negotiate(t: &mut MmioTransport, features: u64) {
+        w(t, REG_STATUS, status::ACKNOWLEDGE);
+        w(t, REG_STATUS, status::ACKNOWLEDGE | status::DRIVER);
+        set_features(t, features);
+        w(
+            t,
+            REG_STATUS,
+            status::ACKNOWLEDGE | status::DRIVER | status::FEATURES_OK,
+        );
+    }
+
+    const ALL_OK: u32 =
+        status::ACKNOWLEDGE | status::DRIVER | status::FEATURES_OK | status::DRIVER_OK;
+
+    #[test]
+    fn identification_registers() {
+        let (_, mut t) = setup();
+        assert_eq!(r(&mut t, REG_MAGIC), 0x7472_6976);
+        assert_eq!(r(&mut t, REG_VERSION), 2);
+        assert_eq!(r(&mut t, REG_DEVICE_ID), 42);
+        assert_eq!(r(&mut t, REG_VENDOR_ID), 0);
+        w(&mut t, REG_DEVICE_FEATURES_SEL, 0);
+        assert_eq!(r(&mut t, REG_DEVICE_FEATURES), DUMMY_FEATURE_EXTRA as u32);
+        w(&mut t, REG_DEVICE_FEATURES_SEL, 1);
+        assert_eq!(r(&mut t, REG_DEVICE_FEATURES), 1);
+        w(&mut t, REG_DEVICE_FEATURES_SEL, 2);
+        assert_eq!(r(&mut t, REG_DEVICE_FEATURES), 0);
+        assert_eq!(r(&mut t, REG_SHM_LEN_LOW), u32::MAX);
+        assert_eq!(t.queue_evts().len(), 3);
+    }
+
+    #[test]
+    fn full_initialisation_activates_with_ready_queues() {
+        let (dev, mut t) = setup();
+        negotiate(&mut t, (1 << VIRTIO_F_VERSION_1) | DUMMY_FEATURE_EXTRA);
+        assert_eq!(
+            r(&mut t, REG_STATUS) & status::FEATURES_OK,
+            status::FEATURES_OK
+        );
+        w(&mut t, REG_QUEUE_SEL, 2);
+        assert_eq!(r(&mut t, REG_QUEUE_NUM_MAX), 4);
+        setup_queue(&mut t, 0, 8, 0x1_0000);
+        setup_queue(&mut t, 2, 4, 0x2_0000);
+        assert_eq!(r(&mut t, REG_QUEUE_READY), 1);
+        w(&mut t, REG_STATUS, ALL_OK);
+        assert_eq!(r(&mut t, REG_STATUS), ALL_OK);
+        assert!(t.is_activated());
+        assert_eq!(dev.lock().unwrap().activated, Some(vec![(0, 8), (2, 4)]));
+        // The dummy raised a queue interrupt while activating.
+        assert_eq!(r(&mut t, REG_INTERRUPT_STATUS), INT_USED_BUFFER);
+        assert_eq!(t.irq_evt().read().unwrap(), 1);
+        w(&mut t, REG_INTERRUPT_ACK, INT_USED_BUFFER);
+        assert_eq!(r(&mut t, REG_INTERRUPT_STATUS), 0);
+    }
+
+    #[test]
+    fn queue_layout_follows_negotiated_features() {
+        let (_, mut t) = setup();
+        negotiate(&mut t, 1 << VIRTIO_F_VERSION_1);
+        w(&mut t, REG_QUEUE_SEL, 2);
+        assert_eq!(
+            r(&mut t, REG_QUEUE_NUM_MAX),
+            0,
+            "queue 2 vanishes without feature 3"
+        );
+        w(&mut t, REG_QUEUE_NOTIFY, 2);
+        assert!(
+            t.queue_evts()[2].read().is_err(),
+            "notify of a missing queue is dropped"
+        );
+    }
+
+    #[test]
+    fn features_ok_refused_for_unoffered_bits_or_missing_version_1() {
+        let (dev, mut t) = setup();
+        negotiate(&mut t, (1 << VIRTIO_F_VERSION_1) | (1 << 5));
+        assert_eq!(r(&mut t, REG_STATUS), status::ACKNOWLEDGE | status::DRIVER);
+        w(&mut t, REG_STATUS, 0);
+        negotiate(&mut t, DUMMY_FEATURE_EXTRA);
+        assert_eq!(r(&mut t, REG_STATUS), status::ACKNOWLEDGE | status::DRIVER);
+        assert_eq!(dev.lock().unwrap().acked, 0);
+        // DRIVER_OK without FEATURES_OK is ignored.
+        w(
+            &mut t,
+            REG_STATUS,
+            status::ACKNOWLEDGE | status::DRIVER | status::DRIVER_OK,
+        );
+        assert!(!t.is_activated());
+    }
+
+    #[test]
+    fn status_bits_must_be_set_in_order_and_never_cleared() {
+        let (_, mut t) = setup();
+        w(&mut t, REG_STATUS, status::DRIVER);
+        assert_eq!(r(&mut t, REG_STATUS), 0);
+        w(&mut t, REG_STATUS, status::ACKNOWLEDGE | status::DRIVER);
+        assert_eq!(r(&mut t, REG_STATUS), status::ACKNOWLEDGE | status::DRIVER);
+        w(&mut t, REG_STATUS, status::ACKNOWLEDGE);
+        assert_eq!(r(&mut t, REG_STATUS), status::ACKNOWLEDGE | status::DRIVER);
+        w(
+            &mut t,
+            REG_STATUS,
+            status::ACKNOWLEDGE | status::DRIVER | status::DEVICE_NEEDS_RESET,
+        );
+        assert_eq!(r(&mut t, REG_STATUS), status::ACKNOWLEDGE | status::DRIVER);
+        w(
+            &mut t,
+            REG_STATUS,
+            status::ACKNOWLEDGE | status::DRIVER | status::FAILED,
+        );
+        assert_eq!(r(&mut t, REG_STATUS) & status::FAILED, status::FAILED);
+    }
+
+    #[test]
+    fn invalid_queue_values_make_activation_fail_with_needs_reset() {
+        for (size, base) in [
+            (6u32, 0x1_0000u64),
+            (32, 0x1_0000),
+            (0, 0x1_0000),
+            (8, MEM_SIZE as u64 - 0x800),
+            (8, 0x1_0008),
+        ] {
+            let (dev, mut t) = setup();
+            negotiate(&mut t, 1 << VIRTIO_F_VERSION_1 | DUMMY_FEATURE_EXTRA);
+            setup_queue(&mut t, 0, size, base);
+            w(&mut t, REG_STATUS, ALL_OK);
+            assert!(!t.is_activated(), "size {size} base {base:#x}");
+            assert_ne!(r(&mut t, REG_STATUS) & status::DEVICE_NEEDS_RESET, 0);
+            assert_ne!(r(&mut t, REG_INTERRUPT_STATUS) & INT_CONFIG_CHANGE, 0);
+            assert!(dev.lock().unwrap().activated.is_none());
+        }
+    }
+
+    #[test]
+    fn device_activation_failure_sets_needs_reset_and_reset_recovers() {
+        let (dev, mut t) = setup();
+        dev.lock().unwrap().fail_activate = true;
+        negotiate(&mut t, 1 << VIRTIO_F_VERSION_1);
+        w(&mut t, REG_STATUS, ALL_OK);
+        assert_ne!(r(&mut t, REG_STATUS) & status::DEVICE_NEEDS_RESET, 0);
+        let gen = r(&mut t, REG_CONFIG_GENERATION);
+        assert_eq!(gen, 1);
+        w(&mut t, REG_STATUS, 0);
+        assert_eq!(r(&mut t, REG_STATUS), 0);
+        assert_eq!(r(&mut t, REG_INTERRUPT_STATUS), 0);
+        assert_eq!(dev.lock().unwrap().resets, 1);
+    }
+
+    #[test]
+    fn queue_registers_are_locked_outside_the_setup_window() {
+        let (dev, mut t) = setup();
+        // Before FEATURES_OK.
+        setup_queue(&mut t, 0, 8, 0x1_0000);
+        assert_eq!(r(&mut t, REG_QUEUE_READY), 0);
+        negotiate(&mut t, 1 << VIRTIO_F_VERSION_1 | DUMMY_FEATURE_EXTRA);
+        setup_queue(&mut t, 0, 8, 0x1_0000);
+        // Size change on a ready queue is ignored.
+        w(&mut t, REG_QUEUE_NUM, 4);
+        w(&mut t, REG_STATUS, ALL_OK);
+        assert_eq!(dev.lock().unwrap().activated, Some(vec![(0, 8)]));
+        // After DRIVER_OK.
+        w(&mut t, REG_QUEUE_SEL, 1);
+        w(&mut t, REG_QUEUE_READY, 1);
+        assert_eq!(r(&mut t, REG_QUEUE_READY), 0);
+        // Features can no longer change.
+        set_features(&mut t, 0);
+        assert_eq!(
+            dev.lock().unwrap().acked & (1 << VIRTIO_F_VERSION_1),
+            1 << VIRTIO_F_VERSION_1
+        );
+    }
+
+    #[test]
+    fn notify_signals_the_queue_eventfd() {
+        let (_, mut t) = setup();
+        w(&mut t, REG_QUEUE_NOTIFY, 1);
+        assert_eq!(t.queue_evts()[1].read().unwrap(), 1);
+        w(&mut t, REG_QUEUE_NOTIFY, 7);
+        for e in t.queue_evts() {
+            assert!(e.read().is_err());
+        }
+    }
+
+    #[test]
+    fn reset_clears_state_and_stale_notifications() {
+        let (dev, mut t) = setup();
+        negotiate(&mut t, 1 << VIRTIO_F_VERSION_1 | DUMMY_FEATURE_EXTRA);
+        setup_queue(&mut t, 0, 8, 0x1_0000);
+        w(&mut t, REG_STATUS, ALL_OK);
+        w(&mut t, REG_QUEUE_NOTIFY, 0);
+        w(&mut t, REG_STATUS, 0);
+        assert_eq!(r(&mut t, REG_STATUS), 0);
+        assert!(!t.is_activated());
+        assert!(t.queue_evts()[0].read().is_err());
+        // Linux's vm_del_vq after a reset.
+        w(&mut t, REG_QUEUE_SEL, 0);
+        w(&mut t, REG_QUEUE_READY, 0);
+        assert_eq!(r(&mut t, REG_QUEUE_READY), 0);
+        assert_eq!(t.warned, 0, "a clean driver teardown logs nothing");
+        assert_eq!(dev.lock().unwrap().resets, 1);
+        assert!(dev.lock().unwrap().activated.is_none());
+        // And the device can be brought up again.
+        negotiate(&mut t, 1 << VIRTIO_F_VERSION_1 | DUMMY_FEATURE_EXTRA);
+        setup_queue(&mut t, 1, 8, 0x3_0000);
+        w(&mut t, REG_STATUS, ALL_OK);
+        assert_eq!(dev.lock().unwrap().activated, Some(vec![(1, 8)]));
+    }
+
+    #[test]
+    fn config_space_is_forwarded_and_bad_register_accesses_ignored() {
+        let (dev, mut t) = setup();
+        dev.lock().unwrap().config = [1, 2, 3, 4, 5, 6, 7, 8];
+        let mut b = [0u8; 2];
+        t.read(0x106, &mut b);
+        assert_eq!(b, [7, 8]);
+        let mut b8 = [0u8; 8];
+        t.read(0x104, &mut b8);
+        assert_eq!(b8, [5, 6, 7, 8, 0, 0, 0, 0]);
+        t.write(0x100, &[9, 9, 9, 9]);
+        assert_eq!(dev.lock().unwrap().config[..4], [9, 9, 9, 9]);
+        // Non-32-bit register accesses.
+        let mut b1 = [0xffu8; 1];
+        t.read(REG_MAGIC, &mut b1);
+        assert_eq!(b1, [0]);
+        t.write(REG_STATUS, &[1]);
+        assert_eq!(r(&mut t, REG_STATUS), 0);
+        t.write(REG_STATUS + 2, &[1, 0, 0, 0]);
+        assert_eq!(r(&mut t, REG_STATUS), 0);
+        // Unknown registers.
+        w(&mut t, 0x0f0, 1);
+        assert_eq!(r(&mut t, 0x0f0), 0);
+        assert_eq!(r(&mut t, REG_QUEUE_NUM), 0);
+    }
+
+    #[test]
+    fn config_interrupt_bumps_generation() {
+        let (_, mut t) = setup();
+        let irq = t.interrupt();
+        irq.trigger(VirtioInterruptType::Config).unwrap();
+        assert_eq!(r(&mut t, REG_CONFIG_GENERATION), 1);
+        assert_eq!(r(&mut t, REG_INTERRUPT_STATUS), INT_CONFIG_CHANGE);
+        irq.trigger(VirtioInterruptType::Queue(1)).unwrap();
+        assert_eq!(
+            r(&mut t, REG_INTERRUPT_STATUS),
+            INT_CONFIG_CHANGE | INT_USED_BUFFER
+        );
+        w(&mut t, REG_INTERRUPT_ACK, INT_CONFIG_CHANGE);
+        assert_eq!(r(&mut t, REG_INTERRUPT_STATUS), INT_USED_BUFFER);
+        assert_eq!(t.irq_evt().read().unwrap(), 2);
+    }
+
+    #[test]
+    fn random_register_writes_never_panic() {
+        // Deterministic xorshift; the guest controls every register.
+        let (_, mut t) = setup();
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..20_000 {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let off = (s % 0x120) & !3;
+            let v = (s >> 32) as u32 & if s & 0x100 != 0 { 0xff } else { u32::MAX };
+            if s & 1 == 0 {
+                w(&mut t, off, v);
+            } else {
+                r(&mut t, off);
+            }
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! Virtio 1.x devices, kept apart from their transport.
+//!
+//! A device implements [`VirtioDevice`]: it says what it offers (device
+//! type, feature bits, queue sizes, configuration space) and is activated
+//! once the driver has set `DRIVER_OK`, receiving guest memory, an
+//! interrupt and its ready queues with their notification eventfds. The
+//! transport ([`MmioTransport`], virtio-mmio version 2) runs the status
+//! state machine and validates everything the guest writes before a device
+//! sees it. A device never touches KVM: interrupts leave through a
+//! [`VirtioInterrupt`] and notifications arrive on eventfds, so a device can
+//! be tested (and fuzzed) without a VM.
+
+mod mmio;
+
+pub use mmio::{MmioInterrupt, MmioTransport, MMIO_NOTIFY_OFFSET, MMIO_WINDOW_SIZE};
+
+use std::io;
+use std::sync::Arc;
+
+use vmm_sys_util::eventfd::EventFd;
+
+pub use virtio_queue::{Queue, QueueT};
+
+/// Guest memory as seen by virtio devices.
+pub type GuestMemoryMmap = vm_memory::GuestMemoryMmap<()>;
+
+/// Device status bits (virtio 1.2 section 2.1).
+pub mod status {
+    /// The guest found the device.
+    pub const ACKNOWLEDGE: u32 = virtio_bindings::virtio_config::VIRTIO_CONFIG_S_ACKNOWLEDGE;
+    /// The guest knows how to drive it.
+    pub const DRIVER: u32 = virtio_bindings::virtio_config::VIRTIO_CONFIG_S_DRIVER;
+    /// The driver is set up and ready to drive the device.
+    pub const DRIVER_OK: u32 = virtio_bindings::virtio_config::VIRTIO_CONFIG_S_DRIVER_OK;
+    /// Feature negotiation is complete.
+    pub const FEATURES_OK: u32 = virtio_bindings::virtio_config::VIRTIO_CONFIG_S_FEATURES_OK;
+    /// The device hit an error it cannot recover from without a reset.
+    pub const DEVICE_NEEDS_RESET: u32 = virtio_bindings::virtio_config::VIRTIO_CONFIG_S_NEEDS_RESET;
+    /// The driver gave up on the device.
+    pub const FAILED: u32 = virtio_bindings::virtio_config::VIRTIO_CONFIG_S_FAILED;
+}
+
+/// `VIRTIO_F_VERSION_1` (bit 32): the device is a virtio 1.x ("modern")
+/// device. Every device driven by [`MmioTransport`] must offer it and the
+/// driver must accept it.
+pub const VIRTIO_F_VERSION_1: u32 = virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
+
+/// Which interrupt a device raises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VirtioInterruptType {
+    /// The configuration space changed (sets "configuration change" in the
+    /// transport's interrupt status).
+    Config,
+    /// Buffers were put in the used ring of this queue (sets "used buffer").
+    Queue(u16),
+}
+
+/// How a device notifies the driver. Implemented by the transport; devices
+/// call it from their own threads.
+pub trait VirtioInterrupt: Send + Sync {
+    /// Raises the interrupt.
+    fn trigger(&self, int_type: VirtioInterruptType) -> io::Result<()>;
+}
+
+/// An interrupt that goes nowhere, for tests and fuzzing.
+#[derive(Debug, Default)]
+pub struct NoopInterrupt;
+
+impl VirtioInterrupt for NoopInterrupt {
+    fn trigger(&self, _int_type: VirtioInterruptType) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Why a device could not be activated.
+#[derive(Debug, thiserror::Error)]
+pub enum ActivateError {
+    /// The driver did not set up a queue the device needs.
+    #[error("queue {0} is required but was not made ready by the driver")]
+    MissingQueue(usize),
+    /// The device is already running.
+    #[error("device is already activated")]
+    AlreadyActive,
+    /// Starting the device's worker failed.
+    #[error("starting the device worker: {0}")]
+    Worker(#[source] io::Error),
+    /// Something else the device could not accept.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// A queue handed to a device at activation: its index (as the driver
+/// numbers it), the queue itself, and the eventfd the driver's notifications
+/// arrive on.
+pub struct ActiveQueue {
+    /// Queue index.
+    pub index: usize,
+    /// The queue, validated against guest memory by the transport.
+    pub queue: Queue,
+    /// Signalled when the driver notifies this queue.
+    pub event: EventFd,
+}
+
+/// A virtio device, independent of the transport that exposes it.
+///
+/// Calls come from the transport (on vCPU threads, under the device's lock)
+/// except where noted; they must be quick and must not block on the guest.
+pub trait VirtioDevice: Send {
+    /// Virtio device id (virtio 1.2 section 5), e.g. 5 for a balloon.
+    fn device_type(&self) -> u32;
+
+    /// Maximum size of each queue the driver may set up, in queue-index
+    /// order. The list may depend on the features the driver accepted
+    /// ([`VirtioDevice::ack_features`]): a transport reads it once when it
+    /// is created (that length bounds the queue count and the notification
+    /// eventfds) and again after `FEATURES_OK`. Sizes must be powers of two.
+    fn queue_max_sizes(&self) -> Vec<u16>;
+
+    /// Feature bits the device offers. Must include [`VIRTIO_F_VERSION_1`].
+    fn features(&self) -> u64;
+
+    /// The features the driver accepted, a subset of
+    /// [`VirtioDevice::features`] (checked by the transport). Called when
+    /// the driver sets `FEATURES_OK`; a reset forgets them.
+    fn ack_features(&mut self, features: u64);
+
+    /// Reads device configuration space at `offset`. Bytes outside the
+    /// configuration space read as zero.
+    fn read_config(&self, offset: u64, data: &mut [u8]);
+
+    /// Guest write to configuration space; the device validates it.
+    fn write_config(&mut self, offset: u64, data: &[u8]);
+
+    /// Starts the device once the driver set `DRIVER_OK`. `queues` holds the
+    /// queues the driver made ready, each already checked to lie in guest
+    /// memory.
+    fn activate(
+        &mut self,
+        mem: GuestMemoryMmap,
+        interrupt: Arc<dyn VirtioInterrupt>,
+        queues: Vec<ActiveQueue>,
+    ) -> Result<(), ActivateError>;
+
+    /// Stops the device (the driver wrote 0 to the status register) and
+    /// returns it to its pre-negotiation state. Returns false if the device
+    /// could not stop cleanly; the transport logs it and still reads back
+    /// status 0 (drivers poll for it).
+    fn reset(&mut self) -> bool;
+}
+
+/// Helper for `read_config`: copies `config[offset..]` into `data`, zero
+/// filling what lies outside `config`.
+pub fn read_config_from_slice(config: &[u8], offset: u64, data: &mut [u8]) {
+    data.fill(0);
+    let Ok(start) = usize::try_from(offset) else {
+        return;
+    };
+    if start >= config.len() {
+        return;
+    }
+    let n = data.len().min(config.len() - start);
+    data[..n].copy_from_slice(&config[start..start + n]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_slice_reads_zero_fill_outside() {
+        let cfg = [1u8, 2, 3, 4];
+        let mut d = [9u8; 4];
+        read_config_from_slice(&cfg, 2, &mut d);
+        assert_eq!(d, [3, 4, 0, 0]);
+        read_config_from_slice(&cfg, 4, &mut d);
+        assert_eq!(d, [0; 4]);
+        read_config_from_slice(&cfg, u64::MAX, &mut d);
+        assert_eq!(d, [0; 4]);
+    }
+}

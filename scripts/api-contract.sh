@@ -1,0 +1,262 @@
+#!/usr/bin/env bash
+# Contract test of the REST API against api/openapi/cloud-hypervisor.yaml.
+#
+# Starts a VMM with `--api-socket path=<sock>` and no kernel (it must wait
+# for vm.create, as Cloud Hypervisor does), then:
+#   1. ping over the UNIX socket (curl --unix-socket);
+#   2. requests shaped as upstream's docs show (vm.create, vm.info, vm.delete);
+#   3. HTTP-layer errors: 404 unknown path, 405 wrong method, 413 oversized,
+#      400 bad JSON, each with a JSON-array error body;
+#   4. schemathesis (from PyPI, in a venv under build/) against the yaml,
+#      through a test-only TCP->UNIX forwarder (schemathesis has no UNIX
+#      socket transport); vmm.shutdown is excluded there;
+#   5. vmm.shutdown answers 200 and the process exits.
+# Prints one PASS/FAIL line per check (schemathesis: per operation) and a
+# closing "N passed, M failed" line; exits non-zero on any failure.
+#
+# Target (API_CONTRACT_TARGET):
+#   vmm   target/release/cloud-hypervisor (built if missing); failure if it
+#         does not serve the API without a kernel.
+#   fake  the api crate's test-only fake-vmm example (real server and
+#         router, fake VM state machine).
+#   auto  (default) vmm if it serves the API, else fake, saying so.
+# API_CONTRACT_EXAMPLES: schemathesis examples per operation (default 40).
+
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+WORK=$ROOT/build/api-contract
+VENV=$ROOT/build/api-venv
+SPEC=$ROOT/api/openapi/cloud-hypervisor.yaml
+TARGET=${API_CONTRACT_TARGET:-auto}
+EXAMPLES=${API_CONTRACT_EXAMPLES:-40}
+SCHEMATHESIS_VERSION=4.32.5
+
+mkdir -p "$WORK"
+SOCK=$WORK/api.sock
+PASSED=0
+FAILED=0
+VMM_PID=
+FWD_PID=
+
+pass() { PASSED=$((PASSED + 1)); echo "PASS: $*"; }
+fail() { FAILED=$((FAILED + 1)); echo "FAIL: $*"; }
+
+cleanup() {
+    [ -n "$FWD_PID" ] && kill "$FWD_PID" 2>/dev/null
+    [ -n "$VMM_PID" ] && kill "$VMM_PID" 2>/dev/null
+    wait 2>/dev/null
+    rm -f "$SOCK"
+}
+trap cleanup EXIT
+
+finish() {
+    echo "api-contract: $PASSED passed, $FAILED failed"
+    [ "$FAILED" -eq 0 ]
+    exit $?
+}
+
+# `curl_api METHOD ENDPOINT [BODY]` prints "<status> <body>".
+curl_api() {
+    local args=(-s -o "$WORK/body" -w '%{http_code}' --max-time 30 --unix-socket "$SOCK" -X "$1")
+    [ $# -ge 3 ] && args+=(-H 'Content-Type: application/json' --data-binary "$3")
+    local code
+    code=$(curl "${args[@]}" "http://localhost/api/v1/$2") || code=000
+    echo "$code $(cat "$WORK/body" 2>/dev/null)"
+}
+
+wait_for_socket() {
+    for _ in $(seq 1 100); do
+        [ -S "$SOCK" ] && curl -s --max-time 2 --unix-socket "$SOCK" \
+            http://localhost/api/v1/vmm.ping >/dev/null 2>&1 && return 0
+        kill -0 "$VMM_PID" 2>/dev/null || return 1
+        sleep 0.1
+    done
+    return 1
+}
+
+start_target() {
+    rm -f "$SOCK"
+    "$@" --api-socket "path=$SOCK" >"$WORK/vmm.log" 2>&1 &
+    VMM_PID=$!
+    wait_for_socket
+}
+
+stop_target() {
+    kill "$VMM_PID" 2>/dev/null
+    wait "$VMM_PID" 2>/dev/null
+    VMM_PID=
+}
+
+# run_schemathesis LABEL [extra st args...]: one schemathesis pass; one
+# PASS/FAIL line per operation (from its JUnit report).
+run_schemathesis() {
+    local label=$1
+    shift
+    local log=$WORK/schemathesis-$label.log junit=$WORK/junit-$label.xml
+    rm -f "$junit"
+    # Checks: everything that applies to a stateful single-VM API.
+    # positive_data_acceptance is left out: a schema-valid request may
+    # rightly get 409 (wrong VM state) or 400 (cross-field validation).
+    # use_after_free/ensure_resource_availability/auth checks do not apply.
+    # Run from $WORK: schemathesis keeps a crash cache in ./.schemathesis.
+    (cd "$WORK" && "$VENV/bin/st" run "$SPEC" --url "http://127.0.0.1:$PORT/api/v1" "$@" \
+        --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance,negative_data_rejection,unsupported_method,allow_header_conformance,missing_required_header \
+        --phases examples,coverage,fuzzing --max-examples "$EXAMPLES" --seed 42 -w 1 \
+        --generation-database none --request-timeout 30 --no-color \
+        --report junit --report-junit-path "$junit" >"$log" 2>&1)
+    local rc=$?
+    if [ -s "$junit" ]; then
+        while IFS= read -r line; do
+            case "$line" in
+                PASS*) pass "schemathesis[$label] ${line#PASS }" ;;
+                FAIL*) fail "schemathesis[$label] ${line#FAIL }" ;;
+            esac
+        done < <(python3 - "$junit" <<'EOF'
+import sys
+import xml.etree.ElementTree as ET
+for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
+    bad = case.find("failure") is not None or case.find("error") is not None
+    print(("FAIL " if bad else "PASS ") + case.get("name", "?"))
+EOF
+)
+    fi
+    if [ "$rc" -ne 0 ]; then
+        fail "schemathesis[$label] exit code $rc (log: $log)"
+        sed -n '/FAILURES/,/SUMMARY/p' "$log" | head -60
+    fi
+    grep -E "generated, " "$log" | sed "s/^/  schemathesis[$label]: /"
+}
+
+# --- 0. the target --------------------------------------------------------
+started=
+if [ "$TARGET" = vmm ] || [ "$TARGET" = auto ]; then
+    if [ ! -x target/release/cloud-hypervisor ]; then
+        cargo build --release -p vmm --bin cloud-hypervisor >"$WORK/build-vmm.log" 2>&1
+    fi
+    if [ -x target/release/cloud-hypervisor ] && start_target target/release/cloud-hypervisor; then
+        started=vmm
+    else
+        [ -n "$VMM_PID" ] && stop_target
+        if [ "$TARGET" = vmm ]; then
+            fail "target/release/cloud-hypervisor does not serve the API without a kernel (see $WORK/vmm.log)"
+            finish
+        fi
+        echo "NOTE: cloud-hypervisor does not serve the API without a kernel yet; using the test-only fake-vmm"
+    fi
+fi
+if [ -z "$started" ]; then
+    if ! cargo build -q -p api --example fake-vmm 2>"$WORK/build-fake.log"; then
+        fail "building the fake-vmm example (see $WORK/build-fake.log)"
+        finish
+    fi
+    if start_target target/debug/examples/fake-vmm; then
+        started=fake
+    else
+        fail "fake-vmm did not start (see $WORK/vmm.log)"
+        finish
+    fi
+fi
+echo "api-contract: target is $started (pid $VMM_PID, socket $SOCK)"
+
+# --- 1-3. curl checks -----------------------------------------------------
+expect() { # expect NAME WANT_STATUS WANT_BODY_SUBSTRING -- METHOD ENDPOINT [BODY]
+    local name=$1 want=$2 sub=$3
+    shift 4
+    local got
+    got=$(curl_api "$@")
+    if [ "${got%% *}" = "$want" ] && [[ "$got" == *"$sub"* ]]; then
+        pass "$name"
+    else
+        fail "$name: want $want containing '$sub', got: ${got:0:300}"
+    fi
+}
+
+FULL_CREATE='{
+  "cpus": {"boot_vcpus": 2, "max_vcpus": 2, "max_phys_bits": 46, "kvm_hyperv": false,
+           "topology": {"threads_per_core": 1, "cores_per_die": 2, "dies_per_package": 1, "packages": 1},
+           "affinity": [{"vcpu": 0, "host_cpus": [0]}, {"vcpu": 1, "host_cpus": [0]}]},
+  "memory": {"size": 0, "shared": true, "thp": true,
+             "zones": [{"id": "fast", "size": 268435456, "shared": true},
+                       {"id": "slow", "size": 268435456, "shared": true, "prefault": false}]},
+  "payload": {"kernel": "/nonexistent/vmlinux", "cmdline": "console=ttyS0", "initramfs": null},
+  "serial": {"mode": "Null"},
+  "console": {"mode": "Off"},
+  "numa": [{"guest_numa_id": 0, "cpus": [0, 1], "memory_zones": ["fast"],
+            "distances": [{"destination": 1, "distance": 20}]},
+           {"guest_numa_id": 1, "memory_zones": ["slow"], "latency_ns": 300, "bandwidth_mbps": 10000,
+            "distances": [{"destination": 0, "distance": 20}]}],
+  "iommu": false,
+  "watchdog": false
+}'
+expect "GET vmm.ping 200" 200 '"pid"' -- GET vmm.ping
+# The body upstream's docs/api.md uses, minus devices this VMM has no schema for.
+DOC_CREATE='{
+  "cpus":{"boot_vcpus": 2, "max_vcpus": 2},
+  "memory":{"size": 1073741824},
+  "payload":{"kernel":"/opt/clh/kernel/vmlinux", "cmdline":"console=ttyS0 root=/dev/vda1 rw"}
+}'
+expect "PUT vm.create (upstream doc shape) 204" 204 '' -- PUT vm.create "$DOC_CREATE"
+expect "PUT vm.create again 409" 409 '["VM is already created"]' -- PUT vm.create "$DOC_CREATE"
+expect "GET vm.info 200" 200 '"state":"Created"' -- GET vm.info
+expect "PUT vm.resize tier pair" 204 '' -- PUT vm.resize '{"desired_balloon":[268435456,134217728]}'
+expect "PUT vm.resize bad list 400" 400 'two-element array' -- PUT vm.resize '{"desired_balloon":[1,2,3]}'
+expect "PUT vm.delete 204" 204 '' -- PUT vm.delete
+expect "GET vm.info without VM 404" 404 '["VM is not created"]' -- GET vm.info
+expect "unknown path 404" 404 '["unknown API endpoint' -- GET vm.nothing
+expect "wrong method 405" 405 'use GET' -- PUT vm.info
+expect "bad JSON 400" 400 '["invalid JSON body for vm.create"' -- PUT vm.create '{"cpus":'
+expect "unknown field 400" 400 'unknown field' -- PUT vm.create '{"bogus":1}'
+head -c 1100000 /dev/zero | tr '\0' ' ' >"$WORK/big.json"
+expect "oversized body 413" 413 'larger than' -- PUT vm.create "@$WORK/big.json"
+hdrs=$(curl -s -D - -o /dev/null --unix-socket "$SOCK" http://localhost/api/v1/vmm.ping)
+if grep -qi '^server: Cloud Hypervisor API' <<<"$hdrs" && grep -qi '^content-type: application/json' <<<"$hdrs"; then
+    pass "Server and Content-Type headers"
+else
+    fail "Server and Content-Type headers: $hdrs"
+fi
+
+# --- 4. schemathesis ------------------------------------------------------
+if [ ! -x "$VENV/bin/st" ] || ! "$VENV/bin/st" --version 2>/dev/null | grep -q "$SCHEMATHESIS_VERSION"; then
+    python3 -m venv "$VENV" && "$VENV/bin/pip" install -q "schemathesis==$SCHEMATHESIS_VERSION" \
+        >"$WORK/pip.log" 2>&1
+fi
+if [ ! -x "$VENV/bin/st" ]; then
+    fail "installing schemathesis (see $WORK/pip.log)"
+else
+    python3 scripts/uds-forward.py "$SOCK" >"$WORK/port" 2>"$WORK/forward.log" &
+    FWD_PID=$!
+    for _ in $(seq 1 50); do [ -s "$WORK/port" ] && break; sleep 0.1; done
+    PORT=$(head -1 "$WORK/port")
+    # Pass 1 runs with no VM; pass 2 with a VM created from a config that
+    # uses every part of the schema, so that vm.info/vm.counters answers are
+    # checked against the response schemas too.
+    run_schemathesis no-vm --exclude-path /vmm.shutdown
+    expect "PUT vm.create (every schema part) 204" 204 '' -- PUT vm.create "$FULL_CREATE"
+    run_schemathesis with-vm --exclude-path /vmm.shutdown --exclude-path /vm.delete --exclude-path /vm.create
+    kill "$FWD_PID" 2>/dev/null
+    wait "$FWD_PID" 2>/dev/null
+    FWD_PID=
+fi
+
+# --- 5. vmm.shutdown ------------------------------------------------------
+if kill -0 "$VMM_PID" 2>/dev/null; then
+    expect "PUT vmm.shutdown 200" 200 '' -- PUT vmm.shutdown
+    exited=
+    for _ in $(seq 1 50); do
+        kill -0 "$VMM_PID" 2>/dev/null || { exited=1; break; }
+        sleep 0.1
+    done
+    if [ -n "$exited" ]; then
+        wait "$VMM_PID"
+        rc=$?
+        VMM_PID=
+        [ "$rc" -eq 0 ] && pass "VMM exited 0 after vmm.shutdown" || fail "VMM exit code $rc after vmm.shutdown"
+    else
+        fail "VMM still running 5 s after vmm.shutdown"
+    fi
+else
+    fail "VMM died during the contract test (see $WORK/vmm.log)"
+fi
+
+finish

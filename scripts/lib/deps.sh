@@ -1,0 +1,47 @@
+# shellcheck shell=bash
+# What the project needs on a fresh Debian 12 machine, and how to build it.
+# Sourced by scripts/test.sh, scripts/demo.sh and scripts/bench.sh.
+
+# Debian packages for building, the testbed and the tests.
+DEPS_PACKAGES=(
+    build-essential pkg-config
+    qemu-system-x86 busybox-static cpio numactl xz-utils zstd kmod
+    linux-image-6.12-amd64 linux-headers-6.12-amd64
+    python3-venv curl
+)
+
+deps_install_packages() {
+    local missing=() p
+    for p in "${DEPS_PACKAGES[@]}"; do
+        dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | grep -qx installed || missing+=("$p")
+    done
+    ((${#missing[@]} == 0)) && return 0
+    echo "installing Debian packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q && apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+deps_install_rust() {
+    command -v cargo >/dev/null || { echo "cargo is missing: install Rust (rustup) first"; return 1; }
+    if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+        rustup component add rustfmt clippy
+    fi
+}
+
+deps_install_all() {
+    deps_install_packages && deps_install_rust
+}
+
+# Static release binaries: they run in the testbed's busybox initramfs.
+deps_build_release() {
+    RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
+        cargo build --release --locked --workspace --bins --target x86_64-unknown-linux-gnu
+}
+
+# Binaries built by deps_build_release.
+DEPS_BIN_DIR=target/x86_64-unknown-linux-gnu/release
+
+# Every end-to-end scenario scripts/test.sh runs in one L1 boot.
+deps_testbed_scenarios() {
+    echo "--all"
+}

@@ -1,0 +1,477 @@
+# shellcheck shell=bash
+# Running scenarios for scripts/testbed.sh (sourced): nested (QEMU TCG L1),
+# direct (on this host), l2-in-qemu (guest half only), and the summary.
+#
+# Results per scenario: TB_RESULT[s] = PASS | FAIL | SKIP | TIMEOUT |
+# L1-FAIL (interrupted by an L1-level failure) | NOT-RUN, TB_RC[s],
+# TB_MS[s] (duration), TB_NOTE[s], TB_JSON[s] (last JSON line of its output).
+
+declare -gA TB_RESULT=() TB_RC=() TB_MS=() TB_NOTE=() TB_JSON=()
+TB_L1_FAILS=()
+TB_L1_BOOTS=0
+
+TB_L1_BOOT_TIMEOUT=${TB_L1_BOOT_TIMEOUT:-180} # L1 reaches its /init
+TB_HANG_GRACE=${TB_HANG_GRACE:-60}            # L1 init enforces timeouts; beyond this L1 is hung
+
+# L1 QEMU machine: node 0 = 2 CPUs + 4 GiB, node 1 = memory-only 2 GiB,
+# HMAT makes node 1 the slower tier (latency ns, bandwidth bytes/s).
+# shellcheck disable=SC2054 # commas belong to QEMU option values
+TB_L1_QEMU_ARGS=(
+    -accel tcg,thread=multi -M pc,hmat=on -cpu EPYC -smp 2 -m 6G
+    -object memory-backend-ram,id=m0,size=4G
+    -object memory-backend-ram,id=m1,size=2G
+    -numa node,nodeid=0,cpus=0-1,memdev=m0,initiator=0
+    -numa node,nodeid=1,memdev=m1,initiator=0
+    -numa hmat-lb,initiator=0,target=0,hierarchy=memory,data-type=access-latency,latency=100
+    -numa hmat-lb,initiator=0,target=0,hierarchy=memory,data-type=access-bandwidth,bandwidth=20G
+    -numa hmat-lb,initiator=0,target=1,hierarchy=memory,data-type=access-latency,latency=300
+    -numa hmat-lb,initiator=0,target=1,hierarchy=memory,data-type=access-bandwidth,bandwidth=5G
+    -nodefaults -display none -monitor none -no-reboot
+)
+
+# L2 under QEMU (--l2-in-qemu): resembles numa-boot's VMM configuration.
+# shellcheck disable=SC2054
+TB_L2_QEMU_ARGS=(
+    -accel tcg,thread=multi -M pc,hmat=on -cpu EPYC -smp 2 -m 1536M
+    -object memory-backend-ram,id=m0,size=512M
+    -object memory-backend-ram,id=m1,size=1G
+    -numa node,nodeid=0,cpus=0-1,memdev=m0,initiator=0
+    -numa node,nodeid=1,memdev=m1,initiator=0
+    -numa dist,src=0,dst=1,val=25
+    -numa hmat-lb,initiator=0,target=0,hierarchy=memory,data-type=access-latency,latency=80
+    -numa hmat-lb,initiator=0,target=0,hierarchy=memory,data-type=access-bandwidth,bandwidth=20000M
+    -numa hmat-lb,initiator=0,target=1,hierarchy=memory,data-type=access-latency,latency=200
+    -numa hmat-lb,initiator=0,target=1,hierarchy=memory,data-type=access-bandwidth,bandwidth=8000M
+    -nodefaults -display none -monitor none -no-reboot
+)
+
+# --- host detection ----------------------------------------------------
+tb_host_has_hw_virt() {
+    grep -qwE 'vmx|svm' /proc/cpuinfo || return 1
+    [[ -d /sys/module/kvm_intel || -d /sys/module/kvm_amd ]] || return 1
+    [[ -c /dev/kvm ]]
+}
+
+tb_host_virt_desc() {
+    local flag mods="" m
+    flag=$(grep -owE 'vmx|svm' /proc/cpuinfo | head -n 1 || true)
+    for m in kvm_intel kvm_amd kvm_pvm; do if [[ -d /sys/module/$m ]]; then mods+=" $m"; fi; done
+    printf 'cpu flag: %s; kvm modules:%s' "${flag:-none}" "${mods:- none}"
+}
+
+# --- cargo -------------------------------------------------------------
+# Static release build of our binaries. RUSTFLAGS=+crt-static without
+# --target also applies to proc-macro crates and fails ("cannot produce
+# proc-macro ... does not support these crate types"), so the target triple
+# is given explicitly: binaries land in target/$TB_TARGET_TRIPLE/release.
+tb_cargo_build() {
+    local log=$1 t0
+    if ! command -v cargo >/dev/null 2>&1; then
+        tb_warn "cargo not found: using existing binaries"
+        BUILD_NOTE="cargo not found"
+        return 1
+    fi
+    t0=$(tb_host_ms)
+    tb_msg "cargo build --release --bins --target $TB_TARGET_TRIPLE (crt-static), log: $log"
+    if (cd "$TB_ROOT" && RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C target-feature=+crt-static" \
+        timeout "${TB_CARGO_TIMEOUT:-2400}" cargo build --release --bins --target "$TB_TARGET_TRIPLE") >"$log" 2>&1; then
+        tb_msg "cargo build ok ($(tb_fmt_secs $(($(tb_host_ms) - t0))) s)"
+        return 0
+    fi
+    tb_warn "cargo build FAILED; continuing with whatever binaries exist. Last lines:"
+    tail -n 15 "$log" | sed 's/^/    /' >&2
+    BUILD_NOTE="cargo build failed (see $log); existing binaries were used"
+    return 1
+}
+
+# --- console monitor ---------------------------------------------------
+# tb_monitor CONSOLE PID LINE-FN TICK-FN: feed complete console lines to
+# LINE-FN until PID exits; call TICK-FN at least once a second (it may
+# decide to kill PID). Bounded by the caller's TICK-FN.
+tb_monitor() {
+    local console=$1 pid=$2 line_fn=$3 tick_fn=$4 fd line="" buf="" st
+    exec {fd}< <(exec tail -n +1 -s 0.2 -F --pid="$pid" "$console" 2>/dev/null)
+    while :; do
+        line=""
+        if IFS= read -r -t 1 -u "$fd" line; then
+            "$line_fn" "$buf$line"
+            buf=""
+        else
+            st=$?
+            if ((st > 128)); then
+                buf+=$line
+            else
+                [[ -n $buf$line ]] && "$line_fn" "$buf$line"
+                break
+            fi
+        fi
+        "$tick_fn"
+    done
+    exec {fd}<&-
+}
+
+# tb_kill_tree PID: TERM, then KILL after 5 s (bounded).
+tb_kill_pid() {
+    local pid=$1 i
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for ((i = 0; i < 50; i++)); do
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+}
+
+tb_last_json() { # FILE
+    grep -a '^{.*"scenario"' "$1" 2>/dev/null | tail -n 1 || true
+}
+
+tb_result_of_rc() { # rc -> result word
+    case $1 in
+    0) echo PASS ;;
+    77) echo SKIP ;;
+    124) echo TIMEOUT ;;
+    *) echo FAIL ;;
+    esac
+}
+
+# --- nested ------------------------------------------------------------
+_l1_line() {
+    local l=${1//$'\r'/} now name rc ms
+    now=$(tb_host_ms)
+    case $l in
+    *"@@TB L1-READY"*)
+        L1_READY=1
+        tb_msg "L1 is up after $(tb_fmt_secs $((now - L1_T0))) s: ${l#*@@TB L1-READY }"
+        ;;
+    *"@@TB BEGIN "*)
+        name=${l#*@@TB BEGIN }
+        name=${name%% *}
+        L1_CUR=$name
+        L1_CUR_T0=$now
+        L1_CUR_DEADLINE=$((now + (${TB_TIMEOUTS[$name]} + TB_HANG_GRACE) * 1000))
+        mkdir -p "$RUN_DIR/$name"
+        # keep the partial output of a boot that failed at L1 level
+        if [[ -s $RUN_DIR/$name/output.log ]]; then
+            mv -f "$RUN_DIR/$name/output.log" "$RUN_DIR/$name/output.boot$((TB_L1_BOOTS - 1)).log"
+        fi
+        : >"$RUN_DIR/$name/output.log"
+        printf '==== %s: begin (L1 boot %d) ====\n' "$name" "$TB_L1_BOOTS"
+        return
+        ;;
+    *"@@TB END "*)
+        [[ $l =~ @@TB\ END\ ([^ ]+)\ rc=([0-9]+)\ ms=([0-9]+) ]] || return 0
+        name=${BASH_REMATCH[1]}
+        rc=${BASH_REMATCH[2]}
+        ms=${BASH_REMATCH[3]}
+        TB_RC[$name]=$rc
+        TB_MS[$name]=$ms
+        TB_RESULT[$name]=$(tb_result_of_rc "$rc")
+        TB_JSON[$name]=$(tb_last_json "$RUN_DIR/$name/output.log")
+        if [[ $rc == 124 ]]; then TB_NOTE[$name]="killed by the L1 init after ${TB_TIMEOUTS[$name]} s"; fi
+        printf '==== %s: %s (rc=%s, %s s) ====\n' "$name" "${TB_RESULT[$name]}" "$rc" "$(tb_fmt_secs "$ms")"
+        L1_CUR=""
+        return
+        ;;
+    *"@@TB L1-DONE"*)
+        L1_DONE=1
+        L1_EXIT_DEADLINE=$((now + 30000))
+        ;;
+    esac
+    if [[ $l =~ ^\[\ *[0-9]+\.[0-9]+\]\ Kernel\ panic ]] || [[ $l == "Kernel panic"* ]]; then
+        L1_PANIC=$l
+        L1_EXIT_DEADLINE=$((now + 15000))
+    fi
+    if [[ -n $L1_CUR ]]; then
+        printf '%s\n' "$l" >>"$RUN_DIR/$L1_CUR/output.log"
+        printf '%s\n' "$l"
+    elif ((!QUIET)); then
+        printf 'L1| %s\n' "$l"
+    fi
+}
+
+_l1_tick() {
+    local now
+    now=$(tb_host_ms)
+    [[ -n $L1_KILLED ]] && return 0
+    if ((now > TB_OVERALL_DEADLINE)); then
+        L1_REASON="overall timeout (${OVERALL} s) reached"
+    elif ((!L1_READY && now > L1_T0 + TB_L1_BOOT_TIMEOUT * 1000)); then
+        L1_REASON="L1 did not reach its init within ${TB_L1_BOOT_TIMEOUT} s"
+    elif [[ -n $L1_CUR ]] && ((now > L1_CUR_DEADLINE)); then
+        L1_REASON="L1 hung: scenario $L1_CUR gave no END ${TB_HANG_GRACE} s after its ${TB_TIMEOUTS[$L1_CUR]} s timeout"
+    elif ((L1_EXIT_DEADLINE && now > L1_EXIT_DEADLINE)); then
+        if [[ -n $L1_DONE ]]; then tb_warn "L1 finished but QEMU did not exit within 30 s: killing it"; fi
+        L1_KILLED=1
+        tb_kill_pid "$L1_QPID" &
+        return 0
+    else
+        return 0
+    fi
+    tb_warn "$L1_REASON: killing QEMU"
+    L1_KILLED=1
+    tb_kill_pid "$L1_QPID" &
+}
+
+# tb_boot_l1 ATTEMPT SCENARIO... : one L1 boot. Returns 0 when L1 ran to
+# its end, 1 on an L1-level failure (recorded in TB_L1_FAILS).
+tb_boot_l1() {
+    local attempt=$1 s spec="" append qrc=0 why qtail
+    shift
+    local console=$RUN_DIR/l1-console-$attempt.log
+    local outtar=$RUN_DIR/l1-out-$attempt.tar
+    local qlog=$RUN_DIR/qemu-l1-$attempt.log
+    for s; do spec+="${spec:+,}$s:${TB_TIMEOUTS[$s]}"; done
+    append="console=ttyS0 loglevel=4 panic=-1 tb.mode=nested tb.scenarios=$spec"
+    case ${TB_VMM_OVERRIDE:-} in
+    '') ;;
+    qemu) append+=" tb.vmm=/tb/bin/qemu-as-ch" ;;
+    *) append+=" tb.vmm=/tb/bin/vmm-override" ;;
+    esac
+    append+=${L1_APPEND:+ $L1_APPEND}
+    : >"$console"
+    : >"$outtar"
+    TB_L1_BOOTS=$((TB_L1_BOOTS + 1))
+    L1_READY=0 L1_DONE="" L1_PANIC="" L1_REASON="" L1_CUR="" L1_KILLED="" L1_EXIT_DEADLINE=0
+    L1_T0=$(tb_host_ms)
+    tb_msg "booting L1 (attempt $attempt) for: $* -- console: $console"
+    qemu-system-x86_64 "${TB_L1_QEMU_ARGS[@]}" \
+        -serial "file:$console" -serial "file:$outtar" \
+        -kernel "/boot/vmlinuz-$TB_KVER" -initrd "$TB_L1_INITRD" \
+        -append "$append" </dev/null >"$qlog" 2>&1 &
+    L1_QPID=$!
+    tb_monitor "$console" "$L1_QPID" _l1_line _l1_tick
+    wait "$L1_QPID" || qrc=$?
+    wait 2>/dev/null || true # the killer, if any
+    tar -xif "$outtar" -C "$RUN_DIR" 2>/dev/null || true
+    tb_msg "L1 boot $attempt ended after $(tb_fmt_secs $(($(tb_host_ms) - L1_T0))) s (QEMU rc=$qrc)"
+    if [[ ! -s $console && $qrc != 0 && -z $L1_KILLED ]]; then
+        sed 's/^/    /' "$qlog" >&2
+        tb_die "$TB_EXIT_SETUP" "QEMU failed to start (rc=$qrc), see $qlog"
+    fi
+    [[ -n $L1_DONE ]] && return 0
+    if [[ -n $L1_REASON ]]; then
+        why=$L1_REASON
+    elif [[ -n $L1_PANIC ]]; then
+        why="L1 kernel panic: $L1_PANIC"
+    else
+        why="QEMU exited (rc=$qrc) before L1 finished"
+    fi
+    qtail=$(grep -v -i 'warning' "$qlog" 2>/dev/null | tail -n 2 | tr '\n' ' ' || true)
+    if [[ -n ${qtail// /} ]]; then why+=" [qemu: $qtail]"; fi
+    TB_L1_FAILS+=("boot $attempt: $why")
+    for s; do
+        [[ -n ${TB_RESULT[$s]:-} ]] && continue
+        if [[ $s == "$L1_CUR" ]]; then
+            TB_RESULT[$s]=L1-FAIL
+            TB_NOTE[$s]="interrupted: $why"
+            TB_MS[$s]=$(($(tb_host_ms) - L1_CUR_T0))
+        else
+            TB_RESULT[$s]=NOT-RUN
+            TB_NOTE[$s]="not run: $why"
+        fi
+    done
+    printf '\n!!!! L1-LEVEL FAILURE (boot %d): %s\n!!!! This is the testbed (emulated L1 host), not a scenario verdict. Console: %s\n\n' \
+        "$attempt" "$why" "$console"
+    return 1
+}
+
+tb_run_nested() {
+    local attempt=1 s next=()
+    local todo=("$@")
+    while :; do
+        tb_boot_l1 "$attempt" "${todo[@]}" && break
+        next=()
+        for s in "${todo[@]}"; do
+            case ${TB_RESULT[$s]:-} in L1-FAIL | NOT-RUN | '') next+=("$s") ;; esac
+        done
+        ((${#next[@]})) || break
+        if ((RETRY && attempt == 1)) && (($(tb_host_ms) < TB_OVERALL_DEADLINE - 60000)); then
+            tb_warn "L1-level failure: re-booting L1 ONCE (boot 2) for: ${next[*]}"
+            for s in "${next[@]}"; do
+                TB_NOTE[$s]="retried after L1-level failure in boot 1"
+                unset "TB_RESULT[$s]"
+            done
+            attempt=2
+            todo=("${next[@]}")
+            continue
+        fi
+        break
+    done
+}
+
+# --- direct ------------------------------------------------------------
+tb_run_direct() {
+    local s out script pid killer rc t0 tailpid bin
+    local dbin=$RUN_DIR/bin vmm
+    mkdir -p "$dbin"
+    case ${TB_VMM_OVERRIDE:-} in
+    '') vmm=${TB_BINS[cloud-hypervisor]:-$TB_ROOT/target/release/cloud-hypervisor} ;;
+    qemu) vmm=$TB_ITEST/guest/qemu-as-ch.sh ;;
+    *) vmm=$TB_VMM_OVERRIDE ;;
+    esac
+    for bin in "${TB_TOOLS[@]}"; do ln -sf "$bin" "$dbin/$(basename "${bin%-*}")"; done
+    for s; do
+        out=$RUN_DIR/$s
+        script=$TB_ITEST/scenarios/$s/l1.sh
+        mkdir -p "$out"
+        rm -f "$out/.timeout"
+        printf '==== %s: begin (direct) ====\n' "$s"
+        t0=$(tb_host_ms)
+        # setsid: the scenario and everything it starts form one process
+        # group that is killed on timeout.
+        # shellcheck disable=SC2016 # $1/$2 belong to the inner sh
+        env TB_MODE=direct TB_SCENARIO="$s" TB_SCENARIO_DIR="$TB_ITEST/scenarios/$s" \
+            TB_LIB="$TB_ITEST/lib" TB_OUT="$out" TB_BIN="$dbin" TB_TIMEOUT="${TB_TIMEOUTS[$s]}" \
+            TB_VMM="$vmm" \
+            TB_CH_REMOTE="${TB_BINS[ch-remote]:-$TB_ROOT/target/release/ch-remote}" \
+            TB_VMMLOAD="${TB_BINS[vmmload]:-$TB_ROOT/target/release/vmmload}" \
+            TB_L2_KERNEL="/boot/vmlinuz-$TB_KVER" TB_L2_INITRD="$TB_L2_INITRD_HOST" \
+            TB_ROOT="$TB_ROOT" PATH="$dbin:$PATH" \
+            setsid sh -c 'cd "$1" && exec sh "$2"' tb-scenario "$out" "$script" </dev/null >"$out/output.log" 2>&1 &
+        pid=$!
+        tail -n +1 -s 0.2 -f --pid="$pid" "$out/output.log" &
+        tailpid=$!
+        setsid bash -c "sleep ${TB_TIMEOUTS[$s]}; touch '$out/.timeout'; kill -TERM -$pid; sleep 5; kill -KILL -$pid" \
+            >/dev/null 2>&1 &
+        killer=$!
+        rc=0
+        wait "$pid" || rc=$?
+        kill -KILL -- "-$killer" 2>/dev/null || true
+        kill -KILL -- "-$pid" 2>/dev/null || true
+        wait "$tailpid" 2>/dev/null || true
+        wait "$killer" 2>/dev/null || true
+        if [[ -f $out/.timeout ]]; then
+            rc=124
+            TB_NOTE[$s]="killed after ${TB_TIMEOUTS[$s]} s"
+        fi
+        TB_RC[$s]=$rc
+        TB_MS[$s]=$(($(tb_host_ms) - t0))
+        TB_RESULT[$s]=$(tb_result_of_rc "$rc")
+        TB_JSON[$s]=$(tb_last_json "$out/output.log")
+        printf '==== %s: %s (rc=%s, %s s) ====\n' "$s" "${TB_RESULT[$s]}" "$rc" "$(tb_fmt_secs "${TB_MS[$s]}")"
+        if (($(tb_host_ms) > TB_OVERALL_DEADLINE)); then
+            tb_warn "overall timeout reached"
+            break
+        fi
+    done
+}
+
+# --- l2-in-qemu --------------------------------------------------------
+_l2_line() {
+    local l=${1//$'\r'/} now
+    now=$(tb_host_ms)
+    printf '%s\n' "$l" >>"$RUN_DIR/$L2_NAME/output.log"
+    printf '%s\n' "$l"
+    case $l in
+    *"@@TB-L2 INIT"*) tb_msg "L2 reached /init after $(tb_fmt_secs $((now - L2_T0))) s" ;;
+    *"@@TB-L2 END $L2_NAME rc="*)
+        L2_END_RC=${l##*rc=}
+        L2_END_RC=${L2_END_RC%% *}
+        L2_EXIT_DEADLINE=$((now + 20000))
+        ;;
+    esac
+    if [[ $l =~ ^\[\ *[0-9]+\.[0-9]+\]\ Kernel\ panic ]]; then
+        L2_PANIC=$l
+        L2_EXIT_DEADLINE=$((now + 10000))
+    fi
+}
+
+_l2_tick() {
+    local now
+    now=$(tb_host_ms)
+    [[ -n $L2_KILLED ]] && return 0
+    if ((now > TB_OVERALL_DEADLINE)); then
+        L2_REASON="overall timeout (${OVERALL} s)"
+    elif ((now > L2_DEADLINE)); then
+        L2_REASON="timeout (${TB_TIMEOUTS[$L2_NAME]} s)"
+    elif ((L2_EXIT_DEADLINE && now > L2_EXIT_DEADLINE)); then
+        L2_KILLED=1
+        tb_kill_pid "$L2_QPID" &
+        return 0
+    else
+        return 0
+    fi
+    tb_warn "$L2_NAME: $L2_REASON: killing QEMU"
+    L2_KILLED=1
+    tb_kill_pid "$L2_QPID" &
+}
+
+tb_run_l2_in_qemu() {
+    local s console qlog qrc
+    for s; do
+        L2_NAME=$s
+        mkdir -p "$RUN_DIR/$s"
+        : >"$RUN_DIR/$s/output.log"
+        console=$RUN_DIR/$s/l2-console.log
+        qlog=$RUN_DIR/$s/qemu.log
+        : >"$console"
+        L2_T0=$(tb_host_ms)
+        L2_DEADLINE=$((L2_T0 + ${TB_TIMEOUTS[$s]} * 1000))
+        L2_END_RC="" L2_PANIC="" L2_REASON="" L2_KILLED="" L2_EXIT_DEADLINE=0
+        printf '==== %s: begin (L2 under QEMU TCG, no VMM) ====\n' "$s"
+        qemu-system-x86_64 "${TB_L2_QEMU_ARGS[@]}" -serial "file:$console" \
+            -kernel "/boot/vmlinuz-$TB_KVER" -initrd "$TB_L2_INITRD_HOST" \
+            -append "console=ttyS0 reboot=k panic=-1 tb.run=$s tb.standalone=1${L2_APPEND:+ $L2_APPEND}" \
+            </dev/null >"$qlog" 2>&1 &
+        L2_QPID=$!
+        tb_monitor "$console" "$L2_QPID" _l2_line _l2_tick
+        qrc=0
+        wait "$L2_QPID" || qrc=$?
+        wait 2>/dev/null || true
+        if [[ ! -s $console && $qrc != 0 && -z $L2_KILLED ]]; then
+            sed 's/^/    /' "$qlog" >&2
+            tb_die "$TB_EXIT_SETUP" "QEMU failed to start (rc=$qrc), see $qlog"
+        fi
+        TB_MS[$s]=$(($(tb_host_ms) - L2_T0))
+        if [[ -n $L2_END_RC ]]; then
+            TB_RC[$s]=$L2_END_RC
+            TB_RESULT[$s]=$(tb_result_of_rc "$L2_END_RC")
+        else
+            TB_RC[$s]=""
+            TB_RESULT[$s]=FAIL
+            if [[ -n $L2_REASON ]]; then TB_RESULT[$s]=TIMEOUT; fi
+            TB_NOTE[$s]="${L2_REASON:-${L2_PANIC:+L2 kernel panic: $L2_PANIC}}"
+            TB_NOTE[$s]=${TB_NOTE[$s]:-"QEMU exited (rc=$qrc) before the L2 scenario ended"}
+        fi
+        TB_JSON[$s]=$(tb_last_json "$RUN_DIR/$s/output.log")
+        printf '==== %s: %s (%s s) ====\n' "$s" "${TB_RESULT[$s]}" "$(tb_fmt_secs "${TB_MS[$s]}")"
+        (($(tb_host_ms) < TB_OVERALL_DEADLINE)) || break
+    done
+}
+
+# --- summary -----------------------------------------------------------
+tb_summary() {
+    local s r code=$TB_EXIT_OK scen_fail=0 l1_fail=0 f
+    printf '\n==== testbed summary (mode %s, run dir %s) ====\n' "$MODE" "$RUN_DIR"
+    for s; do
+        r=${TB_RESULT[$s]:-NOT-RUN}
+        printf 'SUMMARY %-16s %-8s %6s s  rc=%-4s%s\n' "$s" "$r" "$(tb_fmt_secs "${TB_MS[$s]:-0}")" \
+            "${TB_RC[$s]:--}" "${TB_NOTE[$s]:+  (${TB_NOTE[$s]})}"
+        if [[ -n ${TB_JSON[$s]:-} ]]; then printf '        %s\n' "${TB_JSON[$s]}"; fi
+        case $r in
+        PASS) ;;
+        L1-FAIL | NOT-RUN) l1_fail=1 ;;
+        *) scen_fail=1 ;;
+        esac
+    done
+    if [[ $MODE == nested ]]; then
+        printf 'L1 boots: %d' "$TB_L1_BOOTS"
+        if ((${#TB_L1_FAILS[@]})); then
+            printf '; L1-LEVEL FAILURES:\n'
+            for f in "${TB_L1_FAILS[@]}"; do printf '  - %s\n' "$f"; done
+        else
+            printf '; no L1-level failure\n'
+        fi
+    fi
+    if [[ -n ${BUILD_NOTE:-} ]]; then printf 'NOTE: %s\n' "$BUILD_NOTE"; fi
+    if ((scen_fail)); then
+        code=$TB_EXIT_SCENARIO
+        printf 'RESULT: FAIL (scenario failure)\n'
+    elif ((l1_fail)); then
+        code=$TB_EXIT_L1
+        printf 'RESULT: L1-LEVEL FAILURE (testbed problem, no scenario verdict for some scenarios)\n'
+    else
+        printf 'RESULT: PASS\n'
+    fi
+    return "$code"
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs every test of the project: formatting and lints, Rust unit and
+# integration tests, the guest classifier's user-space tests, vmmload's
+# accuracy tests, the REST API contract test, and the end-to-end scenarios
+# in the nested testbed (one L1 boot for all of them).
+#
+# Installs what is missing (Debian packages, the Rust components) first.
+# Ends with "N passed, M failed" over the steps; exits non-zero if any failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/deps.sh
+source scripts/lib/deps.sh
+
+passed=0
+failed=0
+failed_steps=()
+step() {
+    local name=$1
+    shift
+    printf '\n==== %s ====\n' "$name"
+    local start=$SECONDS
+    if "$@"; then
+        passed=$((passed + 1))
+        printf '==== %s: PASS (%ds)\n' "$name" "$((SECONDS - start))"
+    else
+        failed=$((failed + 1))
+        failed_steps+=("$name")
+        printf '==== %s: FAIL (%ds)\n' "$name" "$((SECONDS - start))"
+    fi
+}
+
+deps_install_all || { echo "dependency installation failed"; exit 1; }
+
+step "cargo fmt" cargo fmt --all -- --check
+step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+step "cargo test" cargo test --workspace --locked
+
+[[ -d guest/kmod/tiering/tests ]] && step "range classifier (user space)" make -s -C guest/kmod/tiering/tests
+[[ -x scripts/test-vmmload.sh ]] && step "vmmload" ./scripts/test-vmmload.sh
+[[ -x scripts/api-contract.sh ]] && step "REST API contract" ./scripts/api-contract.sh
+step "testbed scenarios" ./scripts/testbed.sh $(deps_testbed_scenarios)
+
+printf '\n'
+((failed > 0)) && printf 'failed steps: %s\n' "${failed_steps[*]}"
+printf '%d passed, %d failed\n' "$passed" "$failed"
+((failed == 0))

@@ -1,0 +1,175 @@
+# shellcheck shell=sh
+# L1-side helpers (the host that runs our VMM). Source common.sh first.
+#
+#   tb_vmm_start ARGS...        start "$TB_VMM" ARGS... in the background:
+#                               stdout (the guest serial console with
+#                               --serial tty) -> $TB_OUT/serial.log,
+#                               stderr -> $TB_OUT/vmm.stderr, stdin from the
+#                               FIFO $TB_OUT/vmm.stdin (kept open on fd 9).
+#                               Sets TB_VMM_PID, TB_VMM_START_MS.
+#   tb_vmm_alive                is the VMM still running (not a zombie)?
+#   tb_vmm_wait_line ERE SECS   wait for a serial line; 0 found, 1 timeout,
+#                               2 the VMM exited first
+#   tb_vmm_send TEXT            write TEXT + newline to the guest console
+#   tb_vmm_wait_exit SECS       wait for the VMM to exit (TERM then KILL on
+#                               timeout); sets TB_VMM_RC (124 = timed out)
+#   tb_vmm_stop                 kill the VMM if still running
+#   tb_vmm_diag [FILE]          dump the VMM's threads (state, wchan, kernel
+#                               stack) and KVM debugfs counters to FILE
+#                               (default $TB_OUT/vmm-diag.txt), e.g. when the
+#                               guest hangs, before killing it
+#   tb_l2_json                  last L2 result JSON line from serial.log
+#   tb_l2_marker_rc             rc from "@@TB-L2 END <scenario> rc=N"
+#   tb_pid_alive PID
+#   tb_numa_maps_summary PID    "start size policy N0=.. N1=.." per mapping
+#
+# L2-side handshake (see lib/l2.sh): the guest prints
+#   "@@TB-L2 READY <scenario>" when it has finished its checks and holds
+# its memory; the L1 side inspects the VMM, then tb_vmm_send "tb-ack"; the
+# guest stops waiting (bounded) and powers off.
+
+# shellcheck disable=SC2034 # TB_VMM_* are read by the scenarios
+TB_VMM_PID=""
+TB_VMM_RC=""
+
+tb_pid_alive() {
+    [ -n "$1" ] && [ -r "/proc/$1/stat" ] || return 1
+    _tb_st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)
+    [ -n "$_tb_st" ] && [ "$_tb_st" != Z ] && [ "$_tb_st" != X ]
+}
+
+tb_vmm_start() {
+    TB_VMM_SERIAL=$TB_OUT/serial.log
+    TB_VMM_STDERR=$TB_OUT/vmm.stderr
+    _tb_fifo=$TB_OUT/vmm.stdin
+    rm -f "$_tb_fifo"
+    mkfifo "$_tb_fifo"
+    # Read-write open of a FIFO never blocks and keeps a writer present, so
+    # the VMM never sees EOF on stdin while the scenario runs.
+    exec 9<>"$_tb_fifo"
+    {
+        printf '%s' "$TB_VMM"
+        for _tb_a in "$@"; do printf " '%s'" "$_tb_a"; done
+        printf '\n'
+    } >"$TB_OUT/vmm.cmdline"
+    tb_log "starting VMM: $(cat "$TB_OUT/vmm.cmdline")"
+    TB_VMM_START_MS=$(tb_now_ms)
+    "$TB_VMM" "$@" <"$_tb_fifo" >"$TB_VMM_SERIAL" 2>"$TB_VMM_STDERR" &
+    TB_VMM_PID=$!
+    tb_log "VMM pid $TB_VMM_PID"
+}
+
+tb_vmm_alive() { tb_pid_alive "$TB_VMM_PID"; }
+
+_tb_vmm_line_or_dead() {
+    if _tb_has_line "$TB_VMM_SERIAL" "$1"; then
+        _tb_vl=found
+        return 0
+    fi
+    if ! tb_vmm_alive; then
+        _tb_vl=dead
+        return 0
+    fi
+    return 1
+}
+
+tb_vmm_wait_line() {
+    _tb_vl=timeout
+    tb_wait_until "$2" _tb_vmm_line_or_dead "$1" || true
+    case $_tb_vl in
+    found) return 0 ;;
+    dead)
+        # The line may have been written just before the exit.
+        _tb_has_line "$TB_VMM_SERIAL" "$1" && return 0
+        return 2
+        ;;
+    esac
+    return 1
+}
+
+tb_vmm_send() { printf '%s\n' "$1" >&9; }
+
+_tb_vmm_gone() { ! tb_vmm_alive; }
+
+tb_vmm_wait_exit() {
+    [ -n "$TB_VMM_PID" ] || return 1
+    if tb_wait_until "$1" _tb_vmm_gone; then
+        wait "$TB_VMM_PID"
+        TB_VMM_RC=$?
+    else
+        tb_log "VMM did not exit within $1 s: sending TERM"
+        kill -TERM "$TB_VMM_PID" 2>/dev/null || true
+        tb_wait_until 5 _tb_vmm_gone || kill -KILL "$TB_VMM_PID" 2>/dev/null || true
+        wait "$TB_VMM_PID" || true
+        TB_VMM_RC=124
+    fi
+    TB_VMM_EXIT_MS=$(tb_now_ms)
+    exec 9>&-
+    TB_VMM_PID=""
+    return 0
+}
+
+tb_vmm_stop() {
+    [ -n "$TB_VMM_PID" ] || return 0
+    kill -TERM "$TB_VMM_PID" 2>/dev/null || true
+    tb_wait_until 5 _tb_vmm_gone || kill -KILL "$TB_VMM_PID" 2>/dev/null || true
+    wait "$TB_VMM_PID" 2>/dev/null || true
+    TB_VMM_PID=""
+}
+
+tb_l2_json() {
+    tr -d '\r' <"${1:-$TB_VMM_SERIAL}" 2>/dev/null | grep '^{.*"side":"l2"' | tail -n 1
+}
+
+tb_l2_marker_rc() {
+    tr -d '\r' <"${1:-$TB_VMM_SERIAL}" 2>/dev/null |
+        sed -n "s/.*@@TB-L2 END ${TB_SCENARIO} rc=\([0-9]*\).*/\1/p" | tail -n 1
+}
+
+# tb_numa_maps_summary PID: one line per mapping that has a policy other
+# than default or resident pages: "start size_bytes policy N0=.. N1=..".
+tb_numa_maps_summary() {
+    while read -r _tb_range _tb_rest; do
+        _tb_s=${_tb_range%-*}
+        _tb_e=${_tb_range#*-}
+        echo "$_tb_s $((0x$_tb_e - 0x$_tb_s))"
+    done <"/proc/$1/maps" >"$TB_OUT/.maps-sizes.$$"
+    awk 'NR == FNR { size[$1] = $2; next }
+        {
+            nodes = ""
+            for (i = 3; i <= NF; i++) if ($i ~ /^N[0-9]+=/) nodes = nodes " " $i
+            if ($2 == "default" && nodes == "") next
+            print $1, (($1 in size) ? size[$1] : "?"), $2 nodes
+        }' "$TB_OUT/.maps-sizes.$$" "/proc/$1/numa_maps"
+    rm -f "$TB_OUT/.maps-sizes.$$"
+}
+
+tb_vmm_diag() {
+    _tb_df=${1:-$TB_OUT/vmm-diag.txt}
+    [ -n "$TB_VMM_PID" ] && [ -d "/proc/$TB_VMM_PID" ] || return 0
+    {
+        echo "# VMM pid $TB_VMM_PID at uptime $(tb_now_ms) ms"
+        grep -E '^(VmHWM|VmRSS|Threads)' "/proc/$TB_VMM_PID/status"
+        for _tb_t in /proc/"$TB_VMM_PID"/task/*; do
+            echo "## tid ${_tb_t##*/} $(cat "$_tb_t/comm" 2>/dev/null)" \
+                "state=$(sed 's/.*) //' "$_tb_t/stat" 2>/dev/null | cut -c1)" \
+                "wchan=$(cat "$_tb_t/wchan" 2>/dev/null)"
+            cat "$_tb_t/stack" 2>/dev/null
+        done
+        for _tb_k in /sys/kernel/debug/kvm/"$TB_VMM_PID"-*; do
+            [ -d "$_tb_k" ] || continue
+            echo "## kvm debugfs $_tb_k"
+            for _tb_f in "$_tb_k"/*; do
+                [ -f "$_tb_f" ] && echo "${_tb_f##*/} $(cat "$_tb_f" 2>/dev/null)"
+            done
+            for _tb_v in "$_tb_k"/vcpu*; do
+                [ -d "$_tb_v" ] || continue
+                echo "### ${_tb_v##*/}"
+                for _tb_f in "$_tb_v"/*; do
+                    [ -f "$_tb_f" ] && echo "${_tb_f##*/} $(cat "$_tb_f" 2>/dev/null)"
+                done
+            done
+        done
+    } >"$_tb_df" 2>&1
+    tb_log "VMM diagnostics saved to $_tb_df"
+}

@@ -1,0 +1,64 @@
+# shellcheck shell=sh
+# L2-side helpers (inside the guest booted by our VMM, or by QEMU with
+# --l2-in-qemu). Source common.sh first.
+#
+#   tb_l2_handshake [SECS]   print "@@TB-L2 READY <scenario>" and wait (at
+#                            most SECS, default $TB_ACK_TIMEOUT or 30) for a
+#                            line containing "tb-ack" on the console.
+#                            Returns at once in standalone mode
+#                            (TB_STANDALONE=1, i.e. --l2-in-qemu).
+#                            Sets TB_ACK=ok|timeout|standalone.
+#   tb_bg_start VAR CMD...   run CMD in the background, output to a file;
+#                            VAR_PID and VAR_OUT are set
+#   tb_bg_stop PID           kill a background helper
+#
+# Environment (set by the L2 /init): TB_SCENARIO, TB_SIDE=l2, TB_MODE=l2,
+# TB_LIB, TB_BIN, TB_STANDALONE (0/1), TB_ACK_TIMEOUT.
+
+tb_l2_handshake() {
+    _tb_limit=${1:-${TB_ACK_TIMEOUT:-30}}
+    if [ "${TB_STANDALONE:-0}" = 1 ]; then
+        echo "@@TB-L2 READY $TB_SCENARIO standalone"
+        TB_ACK=standalone
+        return 0
+    fi
+    _tb_t0=$(tb_now_ms)
+    _tb_deadline=$((_tb_t0 + _tb_limit * 1000))
+    echo "@@TB-L2 READY $TB_SCENARIO"
+    TB_ACK=timeout
+    while :; do
+        _tb_now=$(tb_now_ms)
+        _tb_left=$(((_tb_deadline - _tb_now + 999) / 1000))
+        [ "$_tb_left" -gt 0 ] || break
+        # The console tty buffers input even before this read starts.
+        # shellcheck disable=SC3045 # busybox ash supports read -t
+        if read -r -t "$_tb_left" _tb_line; then
+            case $_tb_line in *tb-ack*)
+                TB_ACK=ok
+                break
+                ;;
+            esac
+        else
+            # timeout, or EOF (no console input possible): stop waiting
+            # only when the time is really up or input is gone for good.
+            [ "$(tb_now_ms)" -lt "$_tb_deadline" ] || break
+            sleep 0.1
+        fi
+    done
+    echo "@@TB-L2 ACK $TB_SCENARIO $TB_ACK after $(($(tb_now_ms) - _tb_t0)) ms"
+}
+
+tb_bg_start() {
+    _tb_var=$1
+    shift
+    _tb_out=/tmp/tb-bg-$_tb_var.out
+    "$@" >"$_tb_out" 2>&1 &
+    eval "${_tb_var}_PID=\$!"
+    eval "${_tb_var}_OUT=\$_tb_out"
+}
+
+tb_bg_stop() {
+    [ -n "$1" ] || return 0
+    kill -TERM "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+}

@@ -1,0 +1,91 @@
+//! Host side of the serial console: unbuffered stdout for guest output, and
+//! a thread that feeds stdin to the guest (in raw mode when it is a tty).
+
+use std::io::{Read, Write};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use devices::legacy::SerialDevice;
+
+/// Stdout that flushes every write, so prompts without a newline show up.
+pub struct FlushingStdout;
+
+impl Write for FlushingStdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut out = std::io::stdout().lock();
+        out.write_all(buf)?;
+        out.flush()?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stdout().flush()
+    }
+}
+
+/// Terminal settings to restore at exit.
+pub struct RawTerminal {
+    saved: libc::termios,
+}
+
+impl RawTerminal {
+    /// Puts stdin in raw mode if it is a terminal.
+    pub fn enable() -> Option<Self> {
+        // SAFETY: isatty/tcgetattr/tcsetattr on fd 0 with valid pointers.
+        unsafe {
+            if libc::isatty(0) != 1 {
+                return None;
+            }
+            let mut saved: libc::termios = std::mem::zeroed();
+            if libc::tcgetattr(0, &mut saved) != 0 {
+                return None;
+            }
+            let mut raw = saved;
+            libc::cfmakeraw(&mut raw);
+            // Keep output post-processing so the host terminal stays sane.
+            raw.c_oflag = saved.c_oflag;
+            if libc::tcsetattr(0, libc::TCSANOW, &raw) != 0 {
+                return None;
+            }
+            Some(Self { saved })
+        }
+    }
+}
+
+impl Drop for RawTerminal {
+    fn drop(&mut self) {
+        // SAFETY: restoring the attributes read in enable().
+        unsafe { libc::tcsetattr(0, libc::TCSANOW, &self.saved) };
+    }
+}
+
+/// Copies stdin to the guest's UART until stdin ends. The thread is
+/// detached: it blocks in read(2) and dies with the process.
+pub fn spawn_stdin_forwarder(serial: Arc<Mutex<SerialDevice>>) {
+    let spawned = std::thread::Builder::new()
+        .name("serial-in".into())
+        .spawn(move || {
+            let mut buf = [0u8; 64];
+            let mut stdin = std::io::stdin();
+            loop {
+                let n = match stdin.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                let mut sent = 0;
+                while sent < n {
+                    sent += serial
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .enqueue_input(&buf[sent..n]);
+                    if sent < n {
+                        // The 64-byte receive FIFO is full: give the guest time to drain it.
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!("serial input disabled: {e}");
+    }
+}

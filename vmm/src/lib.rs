@@ -1,0 +1,17 @@
+//! A Cloud-Hypervisor-compatible VMM for tiered memory.
+//!
+//! Threads: the VMM thread (this crate's [`Vmm::run`]) owns the VM and is
+//! the only one that changes it; it sleeps in epoll on the VM's platform
+//! events and on a signalfd for SIGINT/SIGTERM. Each vCPU has its own
+//! thread ([`cpu`]). Guest RAM is one host mapping per memory zone
+//! ([`memory`]).
+
+#![deny(missing_docs)]
+
+pub mod console;
+pub mod cpu;
+pub mod memory;
+pub mod vm;
+mod vmm;
+
+pub use vmm::{block_termination_signals, ExitStatus, Vmm, VmmError};

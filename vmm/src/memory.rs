@@ -1,0 +1,508 @@
+//! Guest RAM: one host mapping per memory zone (a tier), bound to its host
+//! NUMA node, laid out in guest physical space around the 32-bit device
+//! hole, and registered with KVM.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::path::Path;
+use std::sync::Arc;
+
+use arch::layout::{MEM_32BIT_DEVICES_START, RAM_64BIT_START};
+use kvm_bindings::kvm_userspace_memory_region;
+use kvm_ioctls::VmFd;
+use vm_config::{MemoryZoneConfig, VmConfig};
+use vm_memory::{GuestAddress, GuestMemoryMmap, GuestRegionMmap, MmapRegion};
+
+/// Errors while creating guest RAM.
+#[derive(Debug, thiserror::Error)]
+pub enum MemoryError {
+    /// mmap, memfd or file setup failed.
+    #[error("memory zone '{zone}': {what}: {source}")]
+    Backing {
+        /// Zone id.
+        zone: String,
+        /// The failing step.
+        what: &'static str,
+        /// OS error.
+        source: std::io::Error,
+    },
+    /// mbind to the requested host node failed.
+    #[error("memory zone '{zone}': binding to host NUMA node {node} failed: {source}")]
+    Bind {
+        /// Zone id.
+        zone: String,
+        /// Host node.
+        node: u32,
+        /// OS error.
+        source: std::io::Error,
+    },
+    /// The backing file is smaller than the zone.
+    #[error(
+        "memory zone '{zone}': file {path} is {len} bytes, smaller than the zone ({size} bytes)"
+    )]
+    FileTooSmall {
+        /// Zone id.
+        zone: String,
+        /// File path.
+        path: String,
+        /// File length.
+        len: u64,
+        /// Zone size.
+        size: u64,
+    },
+    /// Registering guest memory failed.
+    #[error("guest memory layout: {0}")]
+    Layout(String),
+    /// KVM refused a memory slot.
+    #[error("KVM_SET_USER_MEMORY_REGION for zone '{zone}': {source}")]
+    Memslot {
+        /// Zone id.
+        zone: String,
+        /// KVM error.
+        source: kvm_ioctls::Error,
+    },
+}
+
+/// A piece of a zone placed in guest physical memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuestRange {
+    /// Guest physical start.
+    pub gpa: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// Offset of this piece inside the zone's host mapping.
+    pub zone_offset: u64,
+}
+
+/// One zone's host mapping.
+#[derive(Debug)]
+pub struct Zone {
+    /// Zone id from the configuration.
+    pub id: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Where its pieces sit in guest physical memory.
+    pub ranges: Vec<GuestRange>,
+    /// Host NUMA node it is bound to.
+    pub host_numa_node: Option<u32>,
+    /// Backing file or memfd (for hole punching), if any.
+    pub fd: Option<File>,
+    host_addr: *mut u8,
+}
+
+// SAFETY: the mapping is plain memory owned by this struct; the raw pointer
+// is only an address, and concurrent access goes through vm-memory's
+// volatile accessors or KVM.
+unsafe impl Send for Zone {}
+// SAFETY: see above.
+unsafe impl Sync for Zone {}
+
+impl Zone {
+    /// Host virtual address of the zone's first byte.
+    pub fn host_addr(&self) -> *mut u8 {
+        self.host_addr
+    }
+}
+
+impl Drop for Zone {
+    fn drop(&mut self) {
+        // SAFETY: host_addr/size describe the mapping this zone created.
+        unsafe { libc::munmap(self.host_addr.cast(), self.size as usize) };
+    }
+}
+
+/// All of guest RAM.
+pub struct MemoryManager {
+    zones: Vec<Arc<Zone>>,
+    guest_memory: GuestMemoryMmap,
+}
+
+/// Zone starts are 2 MiB aligned so THP and 2 MiB huge pages line up.
+const ZONE_ALIGN: u64 = 2 << 20;
+
+/// Places zones of `sizes` one after another in guest physical memory,
+/// skipping the 32-bit device hole. Pure, so it can be tested.
+pub fn layout_zones(sizes: &[u64]) -> Vec<Vec<GuestRange>> {
+    let mut cursor = 0u64;
+    sizes
+        .iter()
+        .map(|&size| {
+            let mut ranges = Vec::new();
+            let mut offset = 0;
+            cursor = cursor.next_multiple_of(ZONE_ALIGN);
+            while offset < size {
+                if (MEM_32BIT_DEVICES_START..RAM_64BIT_START).contains(&cursor) {
+                    cursor = RAM_64BIT_START;
+                }
+                let limit = if cursor < MEM_32BIT_DEVICES_START {
+                    MEM_32BIT_DEVICES_START
+                } else {
+                    u64::MAX
+                };
+                let len = (size - offset).min(limit - cursor);
+                ranges.push(GuestRange {
+                    gpa: cursor,
+                    len,
+                    zone_offset: offset,
+                });
+                offset += len;
+                cursor += len;
+            }
+            ranges
+        })
+        .collect()
+}
+
+impl MemoryManager {
+    /// Creates every zone of `config` (or one implicit zone for
+    /// `--memory size=`), binds and prefaults them as asked, and registers
+    /// them with `vm`.
+    pub fn new(config: &VmConfig, vm: &VmFd) -> Result<Self, MemoryError> {
+        let zone_configs: Vec<MemoryZoneConfig> = match config.memory.zones.as_deref() {
+            Some(zones) if !zones.is_empty() => zones.to_vec(),
+            _ => vec![MemoryZoneConfig {
+                id: "mem0".into(),
+                size: config.memory.size,
+                file: None,
+                shared: config.memory.shared,
+                hugepages: config.memory.hugepages,
+                hugepage_size: config.memory.hugepage_size,
+                host_numa_node: None,
+                hotplug_size: None,
+                prefault: config.memory.prefault,
+            }],
+        };
+        let layout = layout_zones(&zone_configs.iter().map(|z| z.size).collect::<Vec<_>>());
+        let mut zones = Vec::new();
+        let mut regions = Vec::new();
+        let mut slot = 0u32;
+        for (zc, ranges) in zone_configs.iter().zip(layout) {
+            let zone = create_zone(zc, config.memory.thp, ranges)?;
+            for r in &zone.ranges {
+                // SAFETY: the range lies inside the zone's mapping, which
+                // outlives the guest memory object (both live in self, and
+                // zones are dropped after guest_memory; see Drop order below).
+                let host = unsafe { zone.host_addr.add(r.zone_offset as usize) };
+                // SAFETY: `host` points at `r.len` bytes of our mapping; the
+                // region does not own (and will not unmap) it.
+                let mapping = unsafe {
+                    MmapRegion::build_raw(
+                        host,
+                        r.len as usize,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_SHARED,
+                    )
+                }
+                .map_err(|e| MemoryError::Layout(e.to_string()))?;
+                let region =
+                    GuestRegionMmap::new(mapping, GuestAddress(r.gpa)).ok_or_else(|| {
+                        MemoryError::Layout(format!("region at {:#x} overflows", r.gpa))
+                    })?;
+                regions.push(region);
+                let mem_region = kvm_userspace_memory_region {
+                    slot,
+                    flags: 0,
+                    guest_phys_addr: r.gpa,
+                    memory_size: r.len,
+                    userspace_addr: host as u64,
+                };
+                // SAFETY: the host range stays mapped for the VM's lifetime.
+                unsafe { vm.set_user_memory_region(mem_region) }.map_err(|source| {
+                    MemoryError::Memslot {
+                        zone: zone.id.clone(),
+                        source,
+                    }
+                })?;
+                slot += 1;
+            }
+            zones.push(Arc::new(zone));
+        }
+        let guest_memory = GuestMemoryMmap::from_regions(regions)
+            .map_err(|e| MemoryError::Layout(e.to_string()))?;
+        Ok(Self {
+            zones,
+            guest_memory,
+        })
+    }
+
+    /// The guest memory object used to read and write guest RAM.
+    pub fn guest_memory(&self) -> &GuestMemoryMmap {
+        &self.guest_memory
+    }
+
+    /// The zones, in configuration order.
+    pub fn zones(&self) -> &[Arc<Zone>] {
+        &self.zones
+    }
+
+    /// A zone by id.
+    pub fn zone(&self, id: &str) -> Option<&Arc<Zone>> {
+        self.zones.iter().find(|z| z.id == id)
+    }
+
+    /// Every RAM range (guest base, length), for the e820 map.
+    pub fn ram_ranges(&self) -> Vec<(u64, u64)> {
+        self.zones
+            .iter()
+            .flat_map(|z| z.ranges.iter().map(|r| (r.gpa, r.len)))
+            .collect()
+    }
+}
+
+const MADV_POPULATE_WRITE: i32 = 23;
+const MPOL_BIND: i32 = 2;
+const MPOL_MF_STRICT: u32 = 1;
+const MPOL_MF_MOVE: u32 = 1 << 1;
+
+fn os_err(zone: &str, what: &'static str) -> MemoryError {
+    MemoryError::Backing {
+        zone: zone.to_owned(),
+        what,
+        source: std::io::Error::last_os_error(),
+    }
+}
+
+fn create_zone(
+    zc: &MemoryZoneConfig,
+    thp: bool,
+    ranges: Vec<GuestRange>,
+) -> Result<Zone, MemoryError> {
+    let size = zc.size;
+    let (fd, flags) = backing(zc)?;
+    let raw_fd = fd.as_ref().map_or(-1, |f| f.as_raw_fd());
+    // SAFETY: a fresh mapping of `size` bytes; the result is checked.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            raw_fd,
+            0,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        return Err(os_err(&zc.id, "mmap"));
+    }
+    let zone = Zone {
+        id: zc.id.clone(),
+        size,
+        ranges,
+        host_numa_node: zc.host_numa_node,
+        fd,
+        host_addr: addr.cast(),
+    };
+    if thp && !zc.hugepages && zc.file.is_none() && !zc.shared {
+        // SAFETY: advice on our own mapping.
+        unsafe { libc::madvise(addr, size as usize, libc::MADV_HUGEPAGE) };
+    }
+    // Guest RAM is not needed in a forked child (and must not be COW-shared).
+    // SAFETY: advice on our own mapping.
+    unsafe { libc::madvise(addr, size as usize, libc::MADV_DONTFORK) };
+    if let Some(node) = zc.host_numa_node {
+        bind_to_node(&zone, node)?;
+    }
+    if zc.prefault {
+        prefault(&zone)?;
+    }
+    Ok(zone)
+}
+
+/// Opens the zone's backing object and picks the mmap flags.
+fn backing(zc: &MemoryZoneConfig) -> Result<(Option<File>, i32), MemoryError> {
+    if let Some(path) = &zc.file {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|source| MemoryError::Backing {
+                zone: zc.id.clone(),
+                what: "opening file",
+                source,
+            })?;
+        check_file_size(zc, path, &file)?;
+        return Ok((Some(file), libc::MAP_SHARED | libc::MAP_NORESERVE));
+    }
+    let huge_flags = if zc.hugepages {
+        hugepage_size_flag(zc.hugepage_size)
+    } else {
+        0
+    };
+    if zc.shared {
+        let name = std::ffi::CString::new(format!("ch-zone-{}", zc.id)).unwrap_or_default();
+        let mfd_flags = libc::MFD_CLOEXEC
+            | if zc.hugepages {
+                libc::MFD_HUGETLB | huge_flags as u32
+            } else {
+                0
+            };
+        // SAFETY: name is a valid C string; the fd is checked.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), mfd_flags) };
+        if fd < 0 {
+            return Err(os_err(&zc.id, "memfd_create"));
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        let file = unsafe { File::from_raw_fd(fd) };
+        file.set_len(zc.size)
+            .map_err(|source| MemoryError::Backing {
+                zone: zc.id.clone(),
+                what: "sizing memfd",
+                source,
+            })?;
+        return Ok((Some(file), libc::MAP_SHARED | libc::MAP_NORESERVE));
+    }
+    let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+    if zc.hugepages {
+        flags |= libc::MAP_HUGETLB | huge_flags;
+    }
+    Ok((None, flags))
+}
+
+/// MAP_HUGE_* encoding of an explicit huge page size (log2 << 26).
+fn hugepage_size_flag(size: Option<u64>) -> i32 {
+    match size {
+        Some(s) if s.is_power_of_two() => (s.trailing_zeros() as i32) << libc::MAP_HUGE_SHIFT,
+        _ => 0,
+    }
+}
+
+fn check_file_size(zc: &MemoryZoneConfig, path: &Path, file: &File) -> Result<(), MemoryError> {
+    let meta = file.metadata().map_err(|source| MemoryError::Backing {
+        zone: zc.id.clone(),
+        what: "stat of file",
+        source,
+    })?;
+    // Character devices (DAX) report length 0; only regular files are checked.
+    if meta.is_file() && meta.len() < zc.size {
+        return Err(MemoryError::FileTooSmall {
+            zone: zc.id.clone(),
+            path: path.display().to_string(),
+            len: meta.len(),
+            size: zc.size,
+        });
+    }
+    Ok(())
+}
+
+/// mbind(MPOL_BIND) the whole zone to `node`, moving any existing pages.
+fn bind_to_node(zone: &Zone, node: u32) -> Result<(), MemoryError> {
+    const BITS: usize = 64;
+    let words = node as usize / BITS + 1;
+    let mut mask = vec![0u64; words];
+    mask[node as usize / BITS] |= 1 << (node as usize % BITS);
+    // SAFETY: mbind on our own mapping with a correctly sized node mask.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mbind,
+            zone.host_addr,
+            zone.size,
+            MPOL_BIND,
+            mask.as_ptr(),
+            // maxnode counts bits; the kernel wants one more than the highest.
+            (words * BITS + 1) as u64,
+            MPOL_MF_STRICT | MPOL_MF_MOVE,
+        )
+    };
+    if ret != 0 {
+        return Err(MemoryError::Bind {
+            zone: zone.id.clone(),
+            node,
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+/// Populates every page now (after mbind, so pages land on the bound node).
+fn prefault(zone: &Zone) -> Result<(), MemoryError> {
+    // SAFETY: advice on our own mapping.
+    let ret = unsafe {
+        libc::madvise(
+            zone.host_addr.cast(),
+            zone.size as usize,
+            MADV_POPULATE_WRITE,
+        )
+    };
+    if ret == 0 {
+        return Ok(());
+    }
+    if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+        return Err(os_err(&zone.id, "prefault (MADV_POPULATE_WRITE)"));
+    }
+    // Kernels before 5.14: touch every page.
+    let page = 4096;
+    for off in (0..zone.size as usize).step_by(page) {
+        // SAFETY: inside our mapping; a volatile write of zero allocates the page.
+        unsafe { std::ptr::write_volatile(zone.host_addr.add(off), 0) };
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zones_are_contiguous_below_the_hole() {
+        let l = layout_zones(&[512 << 20, 1 << 30]);
+        assert_eq!(
+            l[0],
+            vec![GuestRange {
+                gpa: 0,
+                len: 512 << 20,
+                zone_offset: 0
+            }]
+        );
+        assert_eq!(
+            l[1],
+            vec![GuestRange {
+                gpa: 512 << 20,
+                len: 1 << 30,
+                zone_offset: 0
+            }]
+        );
+    }
+
+    #[test]
+    fn a_zone_crossing_the_hole_is_split() {
+        let l = layout_zones(&[2 << 30, 2 << 30]);
+        assert_eq!(
+            l[0],
+            vec![GuestRange {
+                gpa: 0,
+                len: 2 << 30,
+                zone_offset: 0
+            }]
+        );
+        assert_eq!(
+            l[1],
+            vec![
+                GuestRange {
+                    gpa: 2 << 30,
+                    len: 1 << 30,
+                    zone_offset: 0
+                },
+                GuestRange {
+                    gpa: 4 << 30,
+                    len: 1 << 30,
+                    zone_offset: 1 << 30
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn zone_starts_are_2mib_aligned() {
+        let l = layout_zones(&[4096, 4096]);
+        assert_eq!(l[1][0].gpa, ZONE_ALIGN);
+    }
+
+    #[test]
+    fn hugepage_flag_encodes_log2() {
+        assert_eq!(
+            hugepage_size_flag(Some(2 << 20)),
+            21 << libc::MAP_HUGE_SHIFT
+        );
+        assert_eq!(hugepage_size_flag(None), 0);
+    }
+}

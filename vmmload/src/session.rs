@@ -1,0 +1,154 @@
+//! Supervising a run: the sampler thread, waiting for the program to end
+//! (exit, fatal signal, timeout, a termination signal sent to vmmload),
+//! the final sample, the reports and vmmload's own exit status.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::process::{self, Ending, Process};
+use crate::{report, sys};
+
+/// How a run is supervised and what it writes.
+#[derive(Debug, Clone, Default)]
+pub struct Session {
+    /// Program and arguments (for the report).
+    pub command: Vec<String>,
+    /// Sampling interval.
+    pub interval_ms: u64,
+    /// Kill the program after this long.
+    pub timeout: Option<f64>,
+    /// No summary table.
+    pub quiet: bool,
+    /// JSON report.
+    pub report: Option<PathBuf>,
+    /// CSV time series.
+    pub csv: Option<PathBuf>,
+    /// Heat map.
+    pub heatmap: Option<PathBuf>,
+}
+
+fn start_sampler(p: &Arc<Process>, interval_ms: u64) -> Option<JoinHandle<()>> {
+    if !p.tracker.enabled() {
+        return None;
+    }
+    let ps = p.clone();
+    let iv = Duration::from_millis(interval_ms);
+    Some(std::thread::spawn(move || {
+        let mut next = Instant::now() + iv;
+        while !ps.stopping.load(Ordering::SeqCst) {
+            let now = Instant::now();
+            if now < next {
+                std::thread::sleep((next - now).min(Duration::from_millis(20)));
+                continue;
+            }
+            next += iv;
+            if !ps.stopping.load(Ordering::SeqCst) {
+                ps.tracker.sample(&ps, false);
+            }
+        }
+    }))
+}
+
+/// Waits for the end of the run (the first vCPU is already running),
+/// writes the reports and returns vmmload's exit status (or dies by the
+/// program's fatal signal).
+pub fn supervise(p: Arc<Process>, rx: Receiver<Ending>, t0: Instant) -> i32 {
+    let s = p.opts.session.clone();
+    let sampler = start_sampler(&p, s.interval_ms);
+    let deadline = s.timeout.map(|t| t0 + Duration::from_secs_f64(t));
+    let ending = loop {
+        match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(e) => break e,
+            Err(RecvTimeoutError::Disconnected) => {
+                break Ending::Error("all threads vanished".into())
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        if let Some(sig) = process::poll_termination() {
+            break Ending::Signal(sig, String::new());
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break Ending::Timeout;
+        }
+    };
+    p.end(ending.clone());
+    let elapsed = t0.elapsed();
+    if let Some(h) = sampler {
+        let _ = h.join();
+    }
+    p.tracker.sample(&p, true);
+    let info = report::RunInfo {
+        command: s.command.clone(),
+        ending: ending.clone(),
+        elapsed,
+        backend: p.backend.get().copied(),
+        writes: p.tracker.writes.name(),
+        reads: p.tracker.reads().name().to_string(),
+        ring_full_events: p.tracker.ring_full_events.load(Ordering::Relaxed),
+        syscalls: p.counters.syscalls.load(Ordering::Relaxed),
+        exits: p.counters.exits.load(Ordering::Relaxed),
+        syscall_ns: p.counters.syscall_ns.load(Ordering::Relaxed),
+        read_cache: {
+            let mm = p.mm.lock().expect("mm lock");
+            let mut c = p.cache.lock().expect("cache lock");
+            c.settle(&mm);
+            (c.refills, c.bytes)
+        },
+    };
+    {
+        let st = p.tracker.stats.lock().expect("stats lock");
+        let outputs = report::Outputs {
+            json: s.report.as_deref(),
+            csv: s.csv.as_deref(),
+            png: s.heatmap.as_deref(),
+        };
+        if let Err(e) = report::write_all(&info, &st, &outputs) {
+            eprintln!("vmmload: writing reports: {e}");
+        }
+        if !s.quiet && p.tracker.enabled() {
+            report::summary(&info, &st);
+        }
+    }
+    finish(ending)
+}
+
+/// Ends vmmload the way the program ended.
+pub fn finish(e: Ending) -> i32 {
+    match e {
+        Ending::Exit(c) => c,
+        Ending::Timeout => {
+            eprintln!("vmmload: timeout: program killed");
+            124
+        }
+        Ending::Error(m) => {
+            eprintln!("vmmload: {m}");
+            125
+        }
+        Ending::Signal(sig, msg) => {
+            if !msg.is_empty() {
+                eprintln!("vmmload: program killed by {}: {msg}", sys::signame(sig));
+            }
+            // Die by the same signal so the parent sees what a native run gives
+            // (no core file of vmmload's address space).
+            // SAFETY: resetting a handler and raising a signal in our own process.
+            unsafe {
+                let lim = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                libc::setrlimit(libc::RLIMIT_CORE, &lim);
+                libc::signal(sig, libc::SIG_DFL);
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, sig);
+                libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+                libc::raise(sig);
+            }
+            128 + sig
+        }
+    }
+}
