@@ -22,7 +22,8 @@ echo "== What the guest saw (facts measured inside the L2 guest; full log in $ru
 python3 - "$run/output.log" <<'PY' || true
 import json, sys
 line = [l for l in open(sys.argv[1], errors="replace") if l.startswith("{")][-1]
-f = json.loads(line)["l2"]["facts"]
+top = json.loads(line)["facts"]
+f = top["l2"]["facts"]
 print(f"guest kernel      {f['kernel']}")
 for n in (0, 1):
     role = "FMem" if f[f"node{n}_cpus"] else "SMem (memory-only)"
