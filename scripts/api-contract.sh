@@ -199,7 +199,12 @@ DOC_CREATE='{
 expect "PUT vm.create (upstream doc shape) 204" 204 '' -- PUT vm.create "$DOC_CREATE"
 expect "PUT vm.create again 409" 409 '["VM is already created"]' -- PUT vm.create "$DOC_CREATE"
 expect "GET vm.info 200" 200 '"state":"Created"' -- GET vm.info
-expect "PUT vm.resize tier pair" 204 '' -- PUT vm.resize '{"desired_balloon":[268435456,134217728]}'
+if [ "$started" = vmm ]; then
+    # The VMM has no balloon device wired in yet (balloon issue): a clear 409.
+    expect "PUT vm.resize tier pair without balloon 409" 409 'no balloon device' -- PUT vm.resize '{"desired_balloon":[268435456,134217728]}'
+else
+    expect "PUT vm.resize tier pair" 204 '' -- PUT vm.resize '{"desired_balloon":[268435456,134217728]}'
+fi
 expect "PUT vm.resize bad list 400" 400 'two-element array' -- PUT vm.resize '{"desired_balloon":[1,2,3]}'
 expect "PUT vm.delete 204" 204 '' -- PUT vm.delete
 expect "GET vm.info without VM 404" 404 '["VM is not created"]' -- GET vm.info

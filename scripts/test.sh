@@ -37,7 +37,7 @@ step "cargo test" cargo test --workspace --locked
 
 [[ -d guest/kmod/tiering/tests ]] && step "range classifier (user space)" make -s -C guest/kmod/tiering/tests
 [[ -x scripts/test-vmmload.sh ]] && step "vmmload" ./scripts/test-vmmload.sh
-[[ -x scripts/api-contract.sh ]] && step "REST API contract" ./scripts/api-contract.sh
+[[ -x scripts/api-contract.sh ]] && step "REST API contract (against cloud-hypervisor)" env API_CONTRACT_TARGET=vmm ./scripts/api-contract.sh
 step "testbed scenarios" ./scripts/testbed.sh $(deps_testbed_scenarios)
 
 printf '\n'

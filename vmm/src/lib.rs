@@ -14,4 +14,4 @@ pub mod memory;
 pub mod vm;
 mod vmm;
 
-pub use vmm::{block_termination_signals, ExitStatus, Vmm, VmmError};
+pub use vmm::{block_termination_signals, ApiEndpoint, ExitStatus, Vmm, VmmError};

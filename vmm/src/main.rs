@@ -41,6 +41,8 @@ struct Cli {
     serial: String,
     #[arg(long, help = ConsoleConfig::CONSOLE_SYNTAX, default_value = "off")]
     console: String,
+    #[arg(long = "api-socket", help = api::ApiSocket::SYNTAX)]
+    api_socket: Option<String>,
     /// Write the log here instead of stderr.
     #[arg(long = "log-file", value_name = "PATH")]
     log_file: Option<PathBuf>,
@@ -116,6 +118,19 @@ fn init_logging(cli: &Cli) -> Result<(), String> {
     builder.try_init().map_err(|e| e.to_string())
 }
 
+/// Starts the HTTP server thread (after the termination signals are
+/// blocked, so it inherits the mask).
+fn start_api(socket: api::ApiSocket) -> std::io::Result<vmm::ApiEndpoint> {
+    let (sender, receiver) = api::channel()?;
+    let kill_evt = vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK)?;
+    let thread = api::start_http_server(socket, sender, kill_evt.try_clone()?)?;
+    Ok(vmm::ApiEndpoint {
+        receiver,
+        kill_evt,
+        thread,
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(e) = init_logging(&cli) {
@@ -129,10 +144,26 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if config.payload.is_none() {
-        eprintln!("cloud-hypervisor: nothing to do: give --kernel");
+    if config.payload.is_none() && cli.api_socket.is_none() {
+        eprintln!(
+            "cloud-hypervisor: nothing to do: give --kernel, or --api-socket to wait for vm.create"
+        );
         return ExitCode::FAILURE;
     }
+    let api_socket = match cli
+        .api_socket
+        .as_deref()
+        .map(api::ApiSocket::parse)
+        .transpose()
+    {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("cloud-hypervisor: --api-socket: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Without --kernel the VM is created through the API, as Cloud Hypervisor does.
+    let config = config.payload.is_some().then_some(config);
     let signals = match vmm::block_termination_signals() {
         Ok(s) => s,
         Err(e) => {
@@ -144,10 +175,19 @@ fn main() -> ExitCode {
         eprintln!("cloud-hypervisor: cannot install the vCPU kick signal: {e}");
         return ExitCode::FAILURE;
     }
-    let _raw_terminal = (config.serial.mode == vm_config::ConsoleOutputMode::Tty)
+    let _raw_terminal = config
+        .as_ref()
+        .is_some_and(|c| c.serial.mode == vm_config::ConsoleOutputMode::Tty)
         .then(vmm::console::RawTerminal::enable)
         .flatten();
-    let result = Vmm::new(config, signals).and_then(Vmm::run);
+    let api = match api_socket.map(start_api).transpose() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("cloud-hypervisor: --api-socket: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = Vmm::new(config, signals, api).and_then(Vmm::run);
     drop(_raw_terminal);
     match result {
         Ok(ExitStatus::Clean(why)) => {

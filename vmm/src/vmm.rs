@@ -3,8 +3,10 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+use api::{ApiError, ApiReceiver, ApiRequest, ApiResponse, ApiResult, VmInfo, VmState};
 use vm_config::VmConfig;
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
+use vmm_sys_util::eventfd::EventFd;
 
 use crate::cpu::VcpuExitReason;
 use crate::vm::{Vm, VmError};
@@ -35,6 +37,7 @@ enum Token {
     VcpuExit,
     PowerOff,
     Reset,
+    Api,
 }
 
 impl Token {
@@ -44,17 +47,41 @@ impl Token {
             Token::VcpuExit,
             Token::PowerOff,
             Token::Reset,
+            Token::Api,
         ]
         .into_iter()
         .find(|t| *t as u64 == v)
     }
 }
 
-/// The VMM: one VM and the loop that supervises it.
+/// The REST API's end inside the VMM thread.
+pub struct ApiEndpoint {
+    /// Requests from the HTTP thread.
+    pub receiver: ApiReceiver,
+    /// Written to stop the HTTP thread.
+    pub kill_evt: EventFd,
+    /// The HTTP thread.
+    pub thread: std::thread::JoinHandle<()>,
+}
+
+/// The VMM: at most one VM and the loop that supervises it. Only this
+/// thread creates, changes or destroys the VM; the API thread sends it
+/// typed requests.
 pub struct Vmm {
-    config: VmConfig,
+    config: Option<VmConfig>,
+    vm: Option<Vm>,
+    paused: bool,
+    booted_once: bool,
+    stdin_forwarded: bool,
     epoll: Epoll,
     signals: OwnedFd,
+    api: Option<ApiEndpoint>,
+}
+
+/// What handling an API request asks the loop to do next.
+enum After {
+    Continue,
+    Exit(ExitStatus),
 }
 
 /// Blocks SIGINT/SIGTERM in the calling thread (and every thread it starts
@@ -93,13 +120,23 @@ fn read_signal(fd: RawFd) -> Option<u32> {
 }
 
 impl Vmm {
-    /// A VMM for `config`; `signals` comes from [`block_termination_signals`].
-    pub fn new(config: VmConfig, signals: OwnedFd) -> Result<Self, VmmError> {
+    /// A VMM for `config` (None: wait for `vm.create`); `signals` comes
+    /// from [`block_termination_signals`]; `api` serves requests meanwhile.
+    pub fn new(
+        config: Option<VmConfig>,
+        signals: OwnedFd,
+        api: Option<ApiEndpoint>,
+    ) -> Result<Self, VmmError> {
         let epoll = Epoll::new().map_err(|e| VmmError::Io("epoll_create", e))?;
         Ok(Self {
             config,
+            vm: None,
+            paused: false,
+            booted_once: false,
+            stdin_forwarded: false,
             epoll,
             signals,
+            api,
         })
     }
 
@@ -120,7 +157,8 @@ impl Vmm {
     }
 
     fn boot(&self) -> Result<Vm, VmmError> {
-        let vm = Vm::boot(&self.config)?;
+        let config = self.config.as_ref().ok_or(VmError::NoPayload)?;
+        let vm = Vm::boot(config)?;
         let ev = vm.events();
         self.watch(ev.vcpu_exit.as_raw_fd(), Token::VcpuExit)?;
         self.watch(ev.poweroff.as_raw_fd(), Token::PowerOff)?;
@@ -139,14 +177,201 @@ impl Vmm {
         }
     }
 
-    /// Boots the VM and supervises it until the process should exit.
-    pub fn run(self) -> Result<ExitStatus, VmmError> {
-        self.watch(self.signals.as_raw_fd(), Token::Signal)?;
-        let mut vm = self.boot()?;
+    fn state(&self) -> Option<VmState> {
+        self.config.as_ref()?;
+        Some(match (&self.vm, self.paused) {
+            (Some(_), true) => VmState::Paused,
+            (Some(_), false) => VmState::Running,
+            (None, _) if self.booted_once => VmState::Shutdown,
+            (None, _) => VmState::Created,
+        })
+    }
+
+    fn start_vm(&mut self) -> Result<(), VmmError> {
+        let vm = self.boot()?;
         if let Some(serial) = vm.serial() {
-            if self.config.serial.mode == vm_config::ConsoleOutputMode::Tty {
+            if self.config.as_ref().map(|c| c.serial.mode)
+                == Some(vm_config::ConsoleOutputMode::Tty)
+                && !self.stdin_forwarded
+            {
                 crate::console::spawn_stdin_forwarder(serial.clone());
+                self.stdin_forwarded = true;
             }
+        }
+        self.vm = Some(vm);
+        self.paused = false;
+        self.booted_once = true;
+        Ok(())
+    }
+
+    fn stop_vm(&mut self) {
+        if let Some(vm) = self.vm.take() {
+            self.unwatch_vm(&vm);
+            vm.shutdown();
+        }
+        self.paused = false;
+    }
+
+    fn reboot_vm(&mut self) -> Result<(), VmmError> {
+        log::info!("rebooting the VM");
+        self.stop_vm();
+        self.start_vm()
+    }
+
+    fn stop_api(&mut self) {
+        if let Some(api) = self.api.take() {
+            let _ = api.kill_evt.write(1);
+            if api.thread.join().is_err() {
+                log::error!("the HTTP API thread panicked");
+            }
+        }
+    }
+
+    fn handle_api(&mut self, request: ApiRequest) -> (ApiResult, After) {
+        let not_booted = |s: Option<VmState>| match s {
+            None => ApiError::VmNotCreated,
+            Some(_) => ApiError::VmNotBooted,
+        };
+        let state = self.state();
+        let result = match request {
+            ApiRequest::VmmPing => Ok(ApiResponse::VmmPing(
+                api::VmmPingResponse::for_this_process(
+                    env!("CARGO_PKG_VERSION"),
+                    vec!["tiered_memory".into()],
+                ),
+            )),
+            ApiRequest::VmmShutdown => {
+                self.stop_vm();
+                return (
+                    Ok(ApiResponse::Empty),
+                    After::Exit(ExitStatus::Clean("vmm.shutdown requested".into())),
+                );
+            }
+            ApiRequest::VmCreate(config) => {
+                if state.is_some() {
+                    Err(ApiError::VmAlreadyCreated)
+                } else if let Err(e) = config.validate() {
+                    Err(ApiError::BadRequest(e.to_string()))
+                } else {
+                    self.config = Some(*config);
+                    self.booted_once = false;
+                    Ok(ApiResponse::Empty)
+                }
+            }
+            ApiRequest::VmBoot => match state {
+                None => Err(ApiError::VmNotCreated),
+                Some(VmState::Running | VmState::Paused) => Err(ApiError::VmAlreadyBooted),
+                Some(_) => match self.start_vm() {
+                    Ok(()) => Ok(ApiResponse::Empty),
+                    // A kernel that cannot be read, RAM that cannot be had: the request's fault.
+                    Err(VmmError::Vm(
+                        e @ (VmError::Boot(_) | VmError::NoPayload | VmError::Memory(_)),
+                    )) => Err(ApiError::BadRequest(e.to_string())),
+                    Err(e) => Err(ApiError::Internal(e.to_string())),
+                },
+            },
+            ApiRequest::VmShutdown => match state {
+                Some(VmState::Running | VmState::Paused) => {
+                    self.stop_vm();
+                    Ok(ApiResponse::Empty)
+                }
+                s => Err(not_booted(s)),
+            },
+            ApiRequest::VmReboot => match state {
+                Some(VmState::Running | VmState::Paused) => self
+                    .reboot_vm()
+                    .map(|_| ApiResponse::Empty)
+                    .map_err(|e| ApiError::Internal(e.to_string())),
+                s => Err(not_booted(s)),
+            },
+            ApiRequest::VmPause => match (state, &self.vm) {
+                (Some(VmState::Running), Some(vm)) => match vm.pause() {
+                    Ok(()) => {
+                        self.paused = true;
+                        Ok(ApiResponse::Empty)
+                    }
+                    Err(e) => Err(ApiError::Internal(e)),
+                },
+                (Some(VmState::Paused), _) => Err(ApiError::InvalidStateTransition {
+                    from: VmState::Paused,
+                    to: VmState::Paused,
+                }),
+                (s, _) => Err(not_booted(s)),
+            },
+            ApiRequest::VmResume => match (state, &self.vm) {
+                (Some(VmState::Paused), Some(vm)) => {
+                    vm.resume();
+                    self.paused = false;
+                    Ok(ApiResponse::Empty)
+                }
+                (Some(VmState::Running), _) => Err(ApiError::InvalidStateTransition {
+                    from: VmState::Running,
+                    to: VmState::Running,
+                }),
+                (s, _) => Err(not_booted(s)),
+            },
+            ApiRequest::VmPowerButton => match (state, &self.vm) {
+                (Some(VmState::Running), Some(vm)) => vm
+                    .power_button()
+                    .map(|_| ApiResponse::Empty)
+                    .map_err(|e| ApiError::Internal(e.to_string())),
+                (Some(VmState::Paused), _) => Err(ApiError::InvalidStateTransition {
+                    from: VmState::Paused,
+                    to: VmState::Shutdown,
+                }),
+                (s, _) => Err(not_booted(s)),
+            },
+            ApiRequest::VmDelete => {
+                self.stop_vm();
+                self.config = None;
+                Ok(ApiResponse::Empty)
+            }
+            ApiRequest::VmInfo => match (&self.config, state) {
+                (Some(config), Some(state)) => Ok(ApiResponse::VmInfo(Box::new(VmInfo {
+                    config: config.clone(),
+                    state,
+                    memory_actual_size: config.total_memory(),
+                    device_tree: None,
+                }))),
+                _ => Err(ApiError::VmNotCreated),
+            },
+            ApiRequest::VmCounters => match state {
+                Some(_) => Ok(ApiResponse::VmCounters(Default::default())),
+                None => Err(ApiError::VmNotCreated),
+            },
+            ApiRequest::VmResize(data) => match state {
+                None => Err(ApiError::VmNotCreated),
+                Some(_) if data.desired_vcpus.is_some() => {
+                    Err(ApiError::NotSupported("CPU hotplug (desired_vcpus)".into()))
+                }
+                Some(_) if data.desired_ram.is_some() => Err(ApiError::NotSupported(
+                    "memory hotplug (desired_ram)".into(),
+                )),
+                Some(_) if data.desired_balloon.is_some() => Err(ApiError::NoBalloon),
+                Some(_) => Err(ApiError::BadRequest(
+                    "vm.resize needs desired_vcpus, desired_ram or desired_balloon".into(),
+                )),
+            },
+        };
+        (result, After::Continue)
+    }
+
+    /// Boots the VM (if one was given) and supervises it until the process
+    /// should exit; serves API requests meanwhile.
+    pub fn run(mut self) -> Result<ExitStatus, VmmError> {
+        let status = self.run_loop();
+        self.stop_vm();
+        self.stop_api();
+        status
+    }
+
+    fn run_loop(&mut self) -> Result<ExitStatus, VmmError> {
+        self.watch(self.signals.as_raw_fd(), Token::Signal)?;
+        if let Some(api) = &self.api {
+            self.watch(api.receiver.as_raw_fd(), Token::Api)?;
+        }
+        if self.config.as_ref().is_some_and(|c| c.payload.is_some()) {
+            self.start_vm()?;
         }
         let mut events = vec![EpollEvent::default(); 8];
         loop {
@@ -163,47 +388,52 @@ impl Vmm {
                     Token::Signal => {
                         let sig = read_signal(self.signals.as_raw_fd());
                         log::info!("received signal {sig:?}: shutting down");
-                        vm.shutdown();
                         return Ok(ExitStatus::Clean(format!(
                             "stopped by signal {}",
                             sig.unwrap_or(0)
                         )));
                     }
-                    Token::PowerOff => {
-                        vm.shutdown();
-                        return Ok(ExitStatus::Clean("guest powered off".into()));
+                    Token::Api => {
+                        let messages = match self.api.as_ref().map(|a| a.receiver.drain()) {
+                            Some(Ok(m)) => m,
+                            Some(Err(e)) => return Err(VmmError::Io("reading API requests", e)),
+                            None => continue,
+                        };
+                        for msg in messages {
+                            let (result, after) = self.handle_api(msg.request.clone());
+                            msg.respond(result);
+                            if let After::Exit(status) = after {
+                                return Ok(status);
+                            }
+                        }
                     }
+                    Token::PowerOff => return Ok(ExitStatus::Clean("guest powered off".into())),
                     Token::Reset => {
-                        let _ = vm.events().reset.read();
-                        log::info!("guest requested a reset: rebooting");
-                        self.unwatch_vm(&vm);
-                        vm.shutdown();
-                        vm = self.boot()?;
+                        if let Some(vm) = &self.vm {
+                            let _ = vm.events().reset.read();
+                        }
+                        log::info!("guest requested a reset");
+                        self.reboot_vm()?;
                     }
                     Token::VcpuExit => {
-                        let _ = vm.events().vcpu_exit.read();
-                        let reason = vm.vcpu_exit_reason();
+                        let reason = self.vm.as_ref().and_then(|vm| {
+                            let _ = vm.events().vcpu_exit.read();
+                            vm.vcpu_exit_reason()
+                        });
                         match reason {
                             Some(VcpuExitReason::PowerOff) => {
-                                vm.shutdown();
-                                return Ok(ExitStatus::Clean("guest powered off".into()));
+                                return Ok(ExitStatus::Clean("guest powered off".into()))
                             }
                             Some(VcpuExitReason::Reset) => {
-                                log::info!("guest requested a reset: rebooting");
-                                self.unwatch_vm(&vm);
-                                vm.shutdown();
-                                vm = self.boot()?;
+                                log::info!("guest requested a reset");
+                                self.reboot_vm()?;
                             }
                             Some(VcpuExitReason::TripleFault { vcpu }) => {
-                                vm.shutdown();
                                 return Ok(ExitStatus::Failed(format!(
                                     "guest triple fault on vCPU {vcpu} (KVM_EXIT_SHUTDOWN): the guest crashed"
-                                )));
+                                )))
                             }
-                            Some(VcpuExitReason::Error(msg)) => {
-                                vm.shutdown();
-                                return Ok(ExitStatus::Failed(msg));
-                            }
+                            Some(VcpuExitReason::Error(msg)) => return Ok(ExitStatus::Failed(msg)),
                             None => {}
                         }
                     }
