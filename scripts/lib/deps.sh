@@ -32,15 +32,6 @@ deps_install_all() {
     deps_install_packages && deps_install_rust
 }
 
-# Static release binaries: they run in the testbed's busybox initramfs.
-deps_build_release() {
-    RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
-        cargo build --release --locked --workspace --bins --target x86_64-unknown-linux-gnu
-}
-
-# Binaries built by deps_build_release.
-DEPS_BIN_DIR=target/x86_64-unknown-linux-gnu/release
-
 # Every end-to-end scenario scripts/test.sh runs in one L1 boot.
 deps_testbed_scenarios() {
     echo "--all"

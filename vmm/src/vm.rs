@@ -12,7 +12,6 @@ use devices::{Bus, IrqTrigger};
 use kvm_bindings::{kvm_pit_config, KVM_MAX_CPUID_ENTRIES, KVM_PIT_SPEAKER_DUMMY};
 use kvm_ioctls::{Kvm, VmFd};
 use vm_config::{ConsoleOutputMode, VmConfig};
-use vm_memory::GuestAddress;
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::cpu::{VcpuContext, VcpuExitReason, VcpuManager};
@@ -336,9 +335,4 @@ fn acpi_config(config: &VmConfig, memory: &MemoryManager) -> AcpiConfig {
         numa,
         virtio_mmio: Vec::new(),
     }
-}
-
-/// Guest address of the RSDP (for tests and logs).
-pub fn rsdp_address() -> GuestAddress {
-    GuestAddress(layout::ACPI_TABLES_START)
 }
