@@ -147,16 +147,81 @@ tb_scenario_files_hash() {
     tb_hash_files $(find "$TB_ITEST/lib" "$TB_ITEST/scenarios" -type f | LC_ALL=C sort)
 }
 
+# --- our own guest code: out-of-tree modules and programs built from the repo
+# Scenario files (merged over all scenarios, like l2-modules):
+#   l2-kmods  one repo-relative directory per line holding a Kbuild file;
+#             built against the L2 kernel's headers, every *.ko lands in
+#             /tb/kmod/ of the L2 image (not loaded: the scenario insmods).
+#   l2-make   "DIR TARGET..." per line; `make -C DIR TARGET...` with
+#             LDFLAGS=-static, each TARGET file lands in /tb/bin/.
+# Sources are copied to $TB_BUILD/src so the tree stays free of objects.
+
+tb_repo_sources_hash() { # DIR... : hash of every file under the repo dirs
+    local d
+    for d in "$@"; do
+        [[ -d $TB_ROOT/$d ]] || { printf 'missing %s\n' "$d"; continue; }
+        # shellcheck disable=SC2046
+        tb_hash_files $(cd "$TB_ROOT" && git ls-files -co --exclude-standard -- "$d" | LC_ALL=C sort)
+    done | sha256sum | cut -c1-16
+}
+
+tb_guest_code_key() {
+    local kmods make dirs
+    kmods=$(tb_union_spec l2-kmods "")
+    make=$(tb_union_spec l2-make "")
+    # shellcheck disable=SC2086
+    dirs=$(printf '%s\n%s\n' "$kmods" "$(printf '%s\n' "$make" | awk '{ print $1 }')" | sed '/^$/d' | sort -u)
+    # shellcheck disable=SC2086
+    printf 'kver %s kmods %s make %s src %s\n' "$TB_KVER" "$kmods" "$make" "$(tb_repo_sources_hash $dirs)"
+}
+
+tb_copy_src() { # DIR -> prints the copy's path (fresh)
+    local d=$1 dst
+    dst=$TB_BUILD/src/${d//\//_}
+    rm -rf "$dst"
+    mkdir -p "$dst"
+    (cd "$TB_ROOT/$d" && git -C "$TB_ROOT" ls-files -co --exclude-standard -- "$d" |
+        sed "s|^$d/||" | tar -C "$TB_ROOT/$d" -cf - -T - ) | tar -C "$dst" -xf -
+    printf '%s\n' "$dst"
+}
+
+tb_stage_guest_code() { # ROOT
+    local root=$1 d src line t kdir
+    kdir=/lib/modules/$TB_KVER/build
+    for d in $(tb_union_spec l2-kmods ""); do
+        [[ -d $kdir ]] || tb_die "$TB_EXIT_SETUP" "no kernel headers at $kdir (linux-headers-$TB_KVER)"
+        src=$(tb_copy_src "$d")
+        tb_msg "building kernel module(s) in $d against $TB_KVER"
+        make -s -C "$kdir" M="$src" modules >"$src/build.log" 2>&1 ||
+            tb_die "$TB_EXIT_SETUP" "module build failed for $d: $(tail -n 20 "$src/build.log")"
+        mkdir -p "$root/tb/kmod"
+        find "$src" -name '*.ko' -exec install -m 0644 {} "$root/tb/kmod/" \;
+    done
+    while read -r line; do
+        [[ -n $line ]] || continue
+        read -r d t <<<"$line"
+        src=$(tb_copy_src "$d")
+        tb_msg "building $t in $d (static)"
+        # shellcheck disable=SC2086
+        make -s -C "$src" LDFLAGS=-static $t >"$src/build.log" 2>&1 ||
+            tb_die "$TB_EXIT_SETUP" "make $t failed in $d: $(tail -n 20 "$src/build.log")"
+        for t in $t; do
+            install -D -m 0755 "$src/$t" "$root/tb/bin/$(basename "$t")"
+        done
+    done <<<"$(tb_union_spec l2-make "")"
+}
+
 tb_build_l2_initrd() {
     local key out stage
     tb_build_l2_base
-    key=$(printf '%s %s\n' "$TB_L2_BASE_KEY" "$(tb_scenario_files_hash)" | sha256sum | cut -c1-16)
+    key=$(printf '%s %s %s\n' "$TB_L2_BASE_KEY" "$(tb_scenario_files_hash)" "$(tb_guest_code_key)" | sha256sum | cut -c1-16)
     out=$TB_BUILD/cache/l2-initrd-$key.cpio
     TB_L2_INITRD_KEY=$key
     TB_L2_INITRD_HOST=$out
     [[ -f $out && $TB_REBUILD != 1 ]] && return 0
     stage=$(mktemp -d "$TB_BUILD/stage-l2o.XXXXXX")
     tb_stage_scenarios "$stage"
+    tb_stage_guest_code "$stage"
     tb_cpio "$stage" "$out.overlay"
     cat "$TB_L2_BASE" "$out.overlay" >"$out.tmp"
     rm -f "$out.overlay"
