@@ -1,0 +1,158 @@
+# shellcheck shell=sh
+# api-lifecycle: drive our VMM through its REST API with ch-remote over a
+# real UNIX socket, with a real guest.
+#
+# Run 1: VMM started with only --api-socket; ping; create (JSON in Cloud
+#   Hypervisor's schema); boot; wrong-state requests get 4xx; pause (no
+#   guest progress while paused) / resume (progress again); info follows
+#   every state; counters; power-button: the guest powers itself off and
+#   the VMM exits 0.
+# Run 2: create from stdin; boot; reboot (the guest boots a second time);
+#   shutdown (state Shutdown); delete (info fails); shutdown-vmm ends the
+#   process with exit 0.
+# shellcheck source=../../lib/common.sh
+. "$TB_LIB/common.sh"
+# shellcheck source=../../lib/l1.sh
+. "$TB_LIB/l1.sh"
+tb_begin l1
+
+[ -x "$TB_VMM" ] || tb_skip "no VMM binary at $TB_VMM"
+[ -x "$TB_CH_REMOTE" ] || tb_skip "no ch-remote binary at $TB_CH_REMOTE"
+[ "$(tb_node_count)" -ge 2 ] || tb_skip "the host has fewer than two NUMA nodes"
+trap 'tb_vmm_stop' EXIT
+
+SOCK=$TB_OUT/api.sock
+chr() { "$TB_CH_REMOTE" --api-socket "$SOCK" "$@"; }
+# state: the "state" field of vm.info ("none" when info fails)
+state() {
+    chr info 2>/dev/null | tr -d ' \n' | sed -n 's/.*"state":"\([A-Za-z]*\)".*/\1/p' | grep . || echo none
+}
+ticks() { tr -d '\r' <"$TB_VMM_SERIAL" | sed -n 's/^@@TB-TICK \([0-9]*\)$/\1/p' | tail -n 1; }
+tick_after() { t=$(ticks); [ -n "$t" ] && [ "$t" -gt "$1" ]; }
+count_lines() { tr -d '\r' <"$TB_VMM_SERIAL" | grep -c -- "$1"; }
+socket_up() { chr ping >/dev/null 2>&1; }
+# expect_fail NAME CMD...: the request must fail (non-zero) with a message
+expect_fail() {
+    _n=$1
+    shift
+    if "$@" >"$TB_OUT/$_n.out" 2>&1; then
+        tb_fail "$_n" "succeeded, expected a 4xx"
+    else
+        tb_pass "$_n" "$(head -c 160 "$TB_OUT/$_n.out" | tr '\n' ' ')"
+    fi
+}
+
+config() { # $1 = scenario run tag
+    cat <<JSON
+{
+  "cpus": {"boot_vcpus": 2, "max_vcpus": 2},
+  "memory": {"size": 0, "zones": [
+    {"id": "fmem", "size": 536870912, "host_numa_node": 0},
+    {"id": "smem", "size": 536870912, "host_numa_node": 1}]},
+  "numa": [
+    {"guest_numa_id": 0, "cpus": [0, 1], "distances": [{"destination": 1, "distance": 25}],
+     "memory_zones": ["fmem"], "latency_ns": 80, "bandwidth_mbps": 20000},
+    {"guest_numa_id": 1, "distances": [{"destination": 0, "distance": 25}],
+     "memory_zones": ["smem"], "latency_ns": 200, "bandwidth_mbps": 8000}],
+  "payload": {"kernel": "$TB_L2_KERNEL", "initramfs": "$TB_L2_INITRD",
+              "cmdline": "console=ttyS0 reboot=k panic=-1 tb.run=api-lifecycle tb.api=$1"},
+  "serial": {"mode": "Tty"},
+  "console": {"mode": "Off"}
+}
+JSON
+}
+
+boot_budget=$((TB_TIMEOUT / 4))
+
+# ---------------------------------------------------------------- run 1 --
+rm -f "$SOCK"
+tb_vmm_start --api-socket "path=$SOCK"
+if ! tb_wait_until 20 socket_up; then
+    tb_fail api-socket-up "no answer on $SOCK within 20 s: $(tail -n 3 "$TB_VMM_STDERR" | tr '\n' '|')"
+    tb_finish
+fi
+tb_check ping sh -c "\"$TB_CH_REMOTE\" --api-socket '$SOCK' ping | grep -q '\"version\"'"
+expect_fail info-before-create chr info
+expect_fail boot-before-create chr boot
+config run1 >"$TB_OUT/vm-run1.json"
+tb_check create chr create "$TB_OUT/vm-run1.json"
+tb_check_eq state-after-create Created "$(state)"
+expect_fail create-twice chr create "$TB_OUT/vm-run1.json"
+tb_check boot chr boot
+tb_check_eq state-after-boot Running "$(state)"
+expect_fail boot-twice chr boot
+expect_fail resume-running chr resume
+
+tb_vmm_wait_line '@@TB-POWERBTN LISTENING' "$boot_budget"
+up=$?
+if [ "$up" -eq 0 ] && tb_wait_until 30 tick_after 0; then
+    tb_pass guest-up "guest running its tick loop after $(($(tb_now_ms) - TB_VMM_START_MS)) ms"
+    tb_check pause chr pause
+    tb_check_eq state-after-pause Paused "$(state)"
+    expect_fail pause-twice chr pause
+    expect_fail power-button-paused chr power-button
+    t1=$(ticks)
+    # An observation window, not a synchronisation: a paused guest must
+    # print nothing during it (it prints every 200 ms when running).
+    sleep 3
+    t2=$(ticks)
+    tb_check_eq no-progress-while-paused "$t1" "$t2"
+    tb_check resume chr resume
+    tb_check_eq state-after-resume Running "$(state)"
+    if tb_wait_until 30 tick_after "$t2"; then
+        tb_pass progress-after-resume "tick $t2 -> $(ticks)"
+    else
+        tb_fail progress-after-resume "no tick after $t2 within 30 s"
+    fi
+    tb_check counters sh -c "\"$TB_CH_REMOTE\" --api-socket '$SOCK' counters >'$TB_OUT/counters.json'"
+    tb_check info-has-config sh -c "\"$TB_CH_REMOTE\" --api-socket '$SOCK' info | grep -q 'tb.api=run1'"
+    tb_check power-button chr power-button
+    if tb_vmm_wait_line '@@TB-POWERBTN PRESSED' 30; then
+        tb_pass guest-saw-power-button
+    else
+        tb_fail guest-saw-power-button "no KEY_POWER in the guest within 30 s"
+    fi
+    tb_vmm_wait_exit 60
+    tb_check_eq vmm-exit-after-power-button 0 "$TB_VMM_RC"
+else
+    tb_vmm_diag "$TB_OUT/vmm-diag-run1.txt"
+    tb_fail guest-up "guest did not start its loop (wait rc $up: 1 timeout, 2 VMM exited); serial tail: $(tail -n 5 "$TB_VMM_SERIAL" | tr -d '\r' | tr '\n' '|')"
+    tb_vmm_stop
+fi
+tb_check_eq l2-checks PASS "$(tb_l2_json | sed -n 's/.*"result":"\([A-Z]*\)".*/\1/p')"
+cp "$TB_VMM_SERIAL" "$TB_OUT/serial-run1.log" 2>/dev/null
+cp "$TB_VMM_STDERR" "$TB_OUT/vmm-run1.stderr" 2>/dev/null
+
+# ---------------------------------------------------------------- run 2 --
+rm -f "$SOCK"
+tb_vmm_start --api-socket "path=$SOCK"
+if ! tb_wait_until 20 socket_up; then
+    tb_fail api-socket-up-run2 "no answer on $SOCK within 20 s"
+    tb_finish
+fi
+config run2 >"$TB_OUT/vm-run2.json"
+tb_check create-from-stdin sh -c "\"$TB_CH_REMOTE\" --api-socket '$SOCK' create - <'$TB_OUT/vm-run2.json'"
+tb_check boot-run2 chr boot
+if tb_vmm_wait_line '@@TB-L2 INIT' "$boot_budget"; then
+    tb_check reboot chr reboot
+    # The guest boots a second time: a second /init marker appears.
+    if tb_wait_until "$boot_budget" sh -c "[ \$(tr -d '\r' <'$TB_VMM_SERIAL' | grep -c '@@TB-L2 INIT') -ge 2 ]"; then
+        tb_pass guest-rebooted "$(count_lines '@@TB-L2 INIT') boots"
+    else
+        tb_fail guest-rebooted "no second @@TB-L2 INIT"
+    fi
+    tb_check_eq state-after-reboot Running "$(state)"
+    tb_check shutdown chr shutdown
+    tb_check_eq state-after-shutdown Shutdown "$(state)"
+    expect_fail pause-after-shutdown chr pause
+    tb_check delete chr delete
+    expect_fail info-after-delete chr info
+    tb_check vmm-alive-after-delete tb_vmm_alive
+    tb_check shutdown-vmm chr shutdown-vmm
+    tb_vmm_wait_exit 20
+    tb_check_eq vmm-exit-after-shutdown-vmm 0 "$TB_VMM_RC"
+    tb_check socket-removed sh -c "! \"$TB_CH_REMOTE\" --api-socket '$SOCK' ping >/dev/null 2>&1"
+else
+    tb_fail guest-up-run2 "no @@TB-L2 INIT; serial tail: $(tail -n 5 "$TB_VMM_SERIAL" | tr -d '\r' | tr '\n' '|')"
+fi
+tb_finish
