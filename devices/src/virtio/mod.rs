@@ -11,8 +11,10 @@
 //! be tested (and fuzzed) without a VM.
 
 mod mmio;
+pub mod rng;
 
 pub use mmio::{MmioInterrupt, MmioTransport, MMIO_NOTIFY_OFFSET, MMIO_WINDOW_SIZE};
+pub use rng::Rng;
 
 use std::io;
 use std::sync::Arc;

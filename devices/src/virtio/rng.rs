@@ -1,0 +1,411 @@
+//! virtio-rng (virtio 1.2 section 5.4): the guest's entropy source, fed
+//! from a host file (`/dev/urandom` by default, as in Cloud Hypervisor).
+//!
+//! One request queue. The driver posts device-writable buffers; the device
+//! thread fills them from the source and returns them. A chain with a
+//! device-readable descriptor is malformed: it is returned unfilled and
+//! counted. Each request is capped at [`MAX_REQUEST_BYTES`] so a guest
+//! cannot make the host read without bound.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use log::{error, warn};
+use virtio_queue::QueueOwnedT;
+use vm_memory::Bytes;
+use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
+use vmm_sys_util::eventfd::EventFd;
+
+use super::{
+    ActivateError, ActiveQueue, GuestMemoryMmap, Queue, QueueT, VirtioDevice, VirtioInterrupt,
+    VirtioInterruptType, VIRTIO_F_VERSION_1,
+};
+
+/// Virtio device id of an entropy device.
+pub const VIRTIO_ID_RNG: u32 = 4;
+/// Size of the request queue.
+pub const RNG_QUEUE_SIZE: u16 = 256;
+/// Most bytes written for one request (one descriptor chain).
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+
+const KILL_TOKEN: u64 = 1;
+const QUEUE_TOKEN: u64 = 0;
+
+/// What the device has done, for `vm.counters`.
+#[derive(Debug, Default)]
+pub struct RngMetrics {
+    /// Requests completed.
+    pub requests: AtomicU64,
+    /// Bytes of entropy handed to the guest.
+    pub bytes: AtomicU64,
+    /// Chains rejected: a device-readable descriptor, or outside guest RAM.
+    pub bad_descriptors: AtomicU64,
+    /// Reads from the source that failed.
+    pub source_errors: AtomicU64,
+}
+
+impl RngMetrics {
+    /// Counter name/value pairs.
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("requests", self.requests.load(Ordering::Relaxed)),
+            ("bytes", self.bytes.load(Ordering::Relaxed)),
+            (
+                "bad_descriptors",
+                self.bad_descriptors.load(Ordering::Relaxed),
+            ),
+            ("source_errors", self.source_errors.load(Ordering::Relaxed)),
+        ]
+    }
+}
+
+/// The entropy device.
+pub struct Rng {
+    source_path: PathBuf,
+    source: Option<File>,
+    metrics: Arc<RngMetrics>,
+    worker: Option<Worker>,
+}
+
+impl Rng {
+    /// Opens `source` (read-only) now, so a bad path is a configuration
+    /// error rather than a failure inside the running guest.
+    pub fn new(source: &Path) -> io::Result<Self> {
+        let file = File::open(source)?;
+        Ok(Self {
+            source_path: source.to_path_buf(),
+            source: Some(file),
+            metrics: Arc::new(RngMetrics::default()),
+            worker: None,
+        })
+    }
+
+    /// The device's counters (shared with its thread).
+    pub fn metrics(&self) -> Arc<RngMetrics> {
+        self.metrics.clone()
+    }
+
+    fn stop_worker(&mut self) {
+        if let Some(w) = self.worker.take() {
+            if let Some(file) = w.stop() {
+                self.source = Some(file);
+            }
+        }
+    }
+}
+
+impl VirtioDevice for Rng {
+    fn device_type(&self) -> u32 {
+        VIRTIO_ID_RNG
+    }
+
+    fn queue_max_sizes(&self) -> Vec<u16> {
+        vec![RNG_QUEUE_SIZE]
+    }
+
+    fn features(&self) -> u64 {
+        1 << VIRTIO_F_VERSION_1
+    }
+
+    fn ack_features(&mut self, _features: u64) {}
+
+    fn read_config(&self, _offset: u64, data: &mut [u8]) {
+        data.fill(0);
+    }
+
+    fn write_config(&mut self, offset: u64, data: &[u8]) {
+        warn!(
+            "rng: ignoring a {}-byte write at config offset {offset}: the device has no configuration",
+            data.len()
+        );
+    }
+
+    fn activate(
+        &mut self,
+        mem: GuestMemoryMmap,
+        interrupt: Arc<dyn VirtioInterrupt>,
+        queues: Vec<ActiveQueue>,
+    ) -> Result<(), ActivateError> {
+        if self.worker.is_some() {
+            return Err(ActivateError::AlreadyActive);
+        }
+        let active = queues
+            .into_iter()
+            .find(|q| q.index == 0)
+            .ok_or(ActivateError::MissingQueue(0))?;
+        let source = match self.source.take() {
+            Some(f) => f,
+            // A previous thread died with the file: open it again.
+            None => File::open(&self.source_path).map_err(ActivateError::Worker)?,
+        };
+        let filler = Filler {
+            mem,
+            interrupt,
+            queue: active.queue,
+            source,
+            metrics: self.metrics.clone(),
+        };
+        self.worker = Some(Worker::spawn(filler, active.event).map_err(ActivateError::Worker)?);
+        Ok(())
+    }
+
+    fn reset(&mut self) -> bool {
+        self.stop_worker();
+        true
+    }
+}
+
+impl Drop for Rng {
+    fn drop(&mut self) {
+        self.stop_worker();
+    }
+}
+
+/// The device thread's state: fills request buffers.
+struct Filler {
+    mem: GuestMemoryMmap,
+    interrupt: Arc<dyn VirtioInterrupt>,
+    queue: Queue,
+    source: File,
+    metrics: Arc<RngMetrics>,
+}
+
+impl Filler {
+    /// Serves every available request; returns how many were completed.
+    fn process(&mut self) -> usize {
+        let mem = &self.mem;
+        let chains: Vec<_> = match self.queue.iter(mem) {
+            Ok(it) => it.collect(),
+            Err(e) => {
+                self.metrics.bad_descriptors.fetch_add(1, Ordering::Relaxed);
+                warn!("rng: request queue is unusable: {e}");
+                return 0;
+            }
+        };
+        let mut done = 0;
+        let mut buf = vec![0u8; 4096];
+        for chain in chains {
+            let head = chain.head_index();
+            let mut written: u32 = 0;
+            let mut bad = false;
+            for desc in chain {
+                if !desc.is_write_only() {
+                    bad = true;
+                    break;
+                }
+                let room = MAX_REQUEST_BYTES - written as usize;
+                let mut left = (desc.len() as usize).min(room);
+                let mut addr = desc.addr();
+                while left > 0 {
+                    let n = left.min(buf.len());
+                    if let Err(e) = self.source.read_exact(&mut buf[..n]) {
+                        if self.metrics.source_errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                            error!("rng: reading the entropy source: {e}");
+                        }
+                        break;
+                    }
+                    if mem.write_slice(&buf[..n], addr).is_err() {
+                        bad = true;
+                        break;
+                    }
+                    // n <= 4096 and written stays <= MAX_REQUEST_BYTES.
+                    written += n as u32;
+                    left -= n;
+                    addr = vm_memory::GuestAddress(addr.0.wrapping_add(n as u64));
+                }
+                if bad || written as usize >= MAX_REQUEST_BYTES {
+                    break;
+                }
+            }
+            if bad {
+                if self.metrics.bad_descriptors.fetch_add(1, Ordering::Relaxed) == 0 {
+                    warn!("rng: malformed request (device-readable or outside guest RAM); returned unfilled");
+                }
+                written = 0;
+            }
+            if let Err(e) = self.queue.add_used(mem, head, written) {
+                warn!("rng: adding used buffer: {e}");
+                continue;
+            }
+            self.metrics.requests.fetch_add(1, Ordering::Relaxed);
+            self.metrics
+                .bytes
+                .fetch_add(u64::from(written), Ordering::Relaxed);
+            done += 1;
+        }
+        if done > 0 && self.queue.needs_notification(mem).unwrap_or(true) {
+            if let Err(e) = self.interrupt.trigger(VirtioInterruptType::Queue(0)) {
+                warn!("rng: raising the queue interrupt: {e}");
+            }
+        }
+        done
+    }
+}
+
+struct Worker {
+    kill: EventFd,
+    thread: Option<JoinHandle<File>>,
+}
+
+impl Worker {
+    fn spawn(mut filler: Filler, queue_evt: EventFd) -> io::Result<Self> {
+        let kill = EventFd::new(libc::EFD_NONBLOCK)?;
+        let epoll = Epoll::new()?;
+        epoll.ctl(
+            ControlOperation::Add,
+            kill.as_raw_fd(),
+            EpollEvent::new(EventSet::IN, KILL_TOKEN),
+        )?;
+        epoll.ctl(
+            ControlOperation::Add,
+            queue_evt.as_raw_fd(),
+            EpollEvent::new(EventSet::IN, QUEUE_TOKEN),
+        )?;
+        let thread_kill = kill.try_clone()?;
+        let thread = std::thread::Builder::new()
+            .name("virtio-rng".into())
+            .spawn(move || {
+                // Requests posted before DRIVER_OK.
+                filler.process();
+                let mut events = [EpollEvent::default(); 2];
+                loop {
+                    let n = match epoll.wait(-1, &mut events) {
+                        Ok(n) => n,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => {
+                            error!("rng: epoll_wait failed, stopping the device thread: {e}");
+                            return filler.source;
+                        }
+                    };
+                    for ev in &events[..n] {
+                        if ev.data() == KILL_TOKEN {
+                            let _ = thread_kill.read();
+                            return filler.source;
+                        }
+                        let _ = queue_evt.read();
+                        filler.process();
+                    }
+                }
+            })?;
+        Ok(Self {
+            kill,
+            thread: Some(thread),
+        })
+    }
+
+    fn stop(mut self) -> Option<File> {
+        let thread = self.thread.take()?;
+        if let Err(e) = self.kill.write(1) {
+            error!("rng: signalling the device thread to stop: {e}");
+        }
+        thread.join().ok()
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            let _ = self.kill.write(1);
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::virtio::NoopInterrupt;
+    use virtio_bindings::virtio_ring::VRING_DESC_F_WRITE;
+    use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
+    use virtio_queue::mock::MockSplitQueue;
+    use vm_memory::{Address, GuestAddress, GuestMemoryMmap as Gm};
+
+    fn mem() -> Gm<()> {
+        Gm::from_ranges(&[(GuestAddress(0), 0x20_0000)]).expect("guest memory")
+    }
+
+    fn filler(m: &Gm<()>, queue: Queue) -> Filler {
+        Filler {
+            mem: m.clone(),
+            interrupt: Arc::new(NoopInterrupt),
+            queue,
+            source: File::open("/dev/urandom").expect("urandom"),
+            metrics: Arc::new(RngMetrics::default()),
+        }
+    }
+
+    fn desc(addr: u64, len: u32, flags: u16) -> RawDescriptor {
+        RawDescriptor::from(SplitDescriptor::new(addr, len, flags, 0))
+    }
+
+    fn used_len(m: &Gm<()>, vq: &MockSplitQueue<Gm<()>>, i: u64) -> u32 {
+        // used ring: flags(2) idx(2) then {id u32, len u32} entries
+        let at = vq.used_addr().unchecked_add(4 + 8 * i + 4);
+        m.read_obj::<u32>(at).expect("used len")
+    }
+
+    #[test]
+    fn fills_writable_buffer() {
+        let m = mem();
+        let vq = MockSplitQueue::new(&m, 16);
+        vq.build_desc_chain(&[desc(0x10_0000, 512, VRING_DESC_F_WRITE as u16)])
+            .expect("chain");
+        let mut f = filler(&m, vq.create_queue().expect("queue"));
+        assert_eq!(f.process(), 1);
+        assert_eq!(used_len(&m, &vq, 0), 512);
+        let mut out = [0u8; 512];
+        m.read_slice(&mut out, GuestAddress(0x10_0000))
+            .expect("read");
+        assert!(out.iter().any(|&b| b != 0), "buffer stayed zero");
+        assert_eq!(f.metrics.bytes.load(Ordering::Relaxed), 512);
+    }
+
+    #[test]
+    fn readable_descriptor_is_rejected_unfilled() {
+        let m = mem();
+        let vq = MockSplitQueue::new(&m, 16);
+        vq.build_desc_chain(&[desc(0x10_0000, 64, 0)])
+            .expect("chain");
+        let mut f = filler(&m, vq.create_queue().expect("queue"));
+        assert_eq!(f.process(), 1);
+        assert_eq!(used_len(&m, &vq, 0), 0);
+        let mut out = [0u8; 64];
+        m.read_slice(&mut out, GuestAddress(0x10_0000))
+            .expect("read");
+        assert_eq!(out, [0u8; 64], "a device-readable buffer was written");
+        assert_eq!(f.metrics.bad_descriptors.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn huge_request_is_capped() {
+        let m = mem();
+        let vq = MockSplitQueue::new(&m, 16);
+        vq.build_desc_chain(&[desc(0x8_0000, 0x10_0000, VRING_DESC_F_WRITE as u16)])
+            .expect("chain");
+        let mut f = filler(&m, vq.create_queue().expect("queue"));
+        assert_eq!(f.process(), 1);
+        assert_eq!(used_len(&m, &vq, 0) as usize, MAX_REQUEST_BYTES);
+    }
+
+    #[test]
+    fn buffer_outside_ram_is_counted() {
+        let m = mem();
+        let vq = MockSplitQueue::new(&m, 16);
+        vq.build_desc_chain(&[desc(0x1F_FF00, 0x1000, VRING_DESC_F_WRITE as u16)])
+            .expect("chain");
+        let mut f = filler(&m, vq.create_queue().expect("queue"));
+        assert_eq!(f.process(), 1);
+        assert_eq!(used_len(&m, &vq, 0), 0);
+        assert_eq!(f.metrics.bad_descriptors.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn missing_source_is_an_error() {
+        assert!(Rng::new(Path::new("/nonexistent/entropy")).is_err());
+    }
+}
