@@ -64,5 +64,6 @@ pub use protocol::{
 pub use server::{start_http_server, start_http_server_with, ServerOptions, SERVER_NAME};
 pub use socket::{ApiSocket, ApiSocketError};
 pub use types::{
-    BalloonSize, DeviceNode, VmCounters, VmInfo, VmResizeData, VmState, VmmPingResponse,
+    BalloonSize, BalloonStatsResponse, BalloonTierStats, DeviceNode, VmCounters, VmInfo,
+    VmResizeData, VmState, VmmPingResponse,
 };

@@ -10,7 +10,9 @@ use std::time::Duration;
 use vm_config::VmConfig;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
-use crate::types::{VmCounters, VmInfo, VmResizeData, VmState, VmmPingResponse};
+use crate::types::{
+    BalloonStatsResponse, VmCounters, VmInfo, VmResizeData, VmState, VmmPingResponse,
+};
 
 /// Everything the VMM can be asked. One variant per REST action; the doc of
 /// each says when it is allowed. The VMM thread alone carries them out.
@@ -47,6 +49,9 @@ pub enum ApiRequest {
     /// `PUT vm.resize`: vCPUs, RAM, or balloon (per tier). Before boot only
     /// the configuration changes.
     VmResize(VmResizeData),
+    /// `GET vm.balloon-stats`: per-tier balloon sizes and the guest's
+    /// statistics. Needs a booted VM with a balloon.
+    VmBalloonStats,
     /// `GET vmm.ping`: always allowed.
     VmmPing,
     /// `PUT vmm.shutdown`: always allowed. The VMM replies first, then
@@ -69,6 +74,7 @@ impl ApiRequest {
             Self::VmInfo => "vm.info",
             Self::VmCounters => "vm.counters",
             Self::VmResize(_) => "vm.resize",
+            Self::VmBalloonStats => "vm.balloon-stats",
             Self::VmmPing => "vmm.ping",
             Self::VmmShutdown => "vmm.shutdown",
         }
@@ -84,6 +90,8 @@ pub enum ApiResponse {
     VmInfo(Box<VmInfo>),
     /// `vm.counters`.
     VmCounters(VmCounters),
+    /// `vm.balloon-stats`.
+    BalloonStats(Box<BalloonStatsResponse>),
     /// `vmm.ping`.
     VmmPing(VmmPingResponse),
 }

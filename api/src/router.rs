@@ -3,7 +3,8 @@
 //! so every rule is unit-tested and fuzzed without a server.
 //!
 //! Status codes (documented in docs/api.md and the OpenAPI file):
-//! * 200 with a JSON body (`vm.info`, `vm.counters`, `vmm.ping`), 200 without
+//! * 200 with a JSON body (`vm.info`, `vm.counters`, `vm.balloon-stats`,
+//!   `vmm.ping`), 200 without
 //!   a body for `vmm.shutdown` (as upstream), 204 for every other action.
 //! * 400: missing/invalid JSON body, wrong types, unknown fields, a
 //!   configuration that fails validation, unsupported features.
@@ -108,6 +109,7 @@ pub static ROUTES: &[Route] = &[
         empty_status: 204,
         build: build_vm_resize,
     },
+    simple!("vm.balloon-stats", "GET", 204, ApiRequest::VmBalloonStats),
     simple!("vmm.ping", "GET", 204, ApiRequest::VmmPing),
     simple!("vmm.shutdown", "PUT", 200, ApiRequest::VmmShutdown),
 ];
@@ -351,6 +353,7 @@ pub fn reply_for(route: &Route, result: ApiResult) -> HttpReply {
         Ok(ApiResponse::VmInfo(info)) => serde_json::to_vec(&info),
         Ok(ApiResponse::VmCounters(counters)) => serde_json::to_vec(&counters),
         Ok(ApiResponse::VmmPing(ping)) => serde_json::to_vec(&ping),
+        Ok(ApiResponse::BalloonStats(stats)) => serde_json::to_vec(&stats),
     };
     match body {
         Ok(body) => HttpReply {

@@ -4,8 +4,6 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::de::{self, Deserializer, SeqAccess, Visitor};
-use serde::ser::{SerializeTuple, Serializer};
 use serde::{Deserialize, Serialize};
 use vm_config::VmConfig;
 
@@ -94,140 +92,50 @@ impl VmmPingResponse {
     }
 }
 
-/// How much memory the balloon should hold, per tier (tier extension).
-///
-/// JSON: an integer `n` (Cloud Hypervisor's form: all from the fast tier,
-/// same as `[n, 0]`) or a two-element array `[fmem_bytes, smem_bytes]` (the
-/// Demeter fork's form). Negative numbers, non-integers, strings and arrays
-/// of another length are rejected with a message saying what was expected;
-/// the fork silently turned bad lists into `[0, 0]`, which we must not.
-///
-/// It serializes as a plain integer when `smem` is 0 (so requests stay
-/// valid for upstream Cloud Hypervisor) and as `[fmem, smem]` otherwise.
-///
-/// ```
-/// use api::BalloonSize;
-/// let a: BalloonSize = serde_json::from_str("1073741824").unwrap();
-/// assert_eq!(a, BalloonSize { fmem: 1 << 30, smem: 0 });
-/// let b: BalloonSize = serde_json::from_str("[1, 2]").unwrap();
-/// assert_eq!(b, BalloonSize { fmem: 1, smem: 2 });
-/// assert!(serde_json::from_str::<BalloonSize>("[1, 2, 3]").is_err());
-/// assert!(serde_json::from_str::<BalloonSize>("-5").is_err());
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct BalloonSize {
-    /// Bytes taken from the fast-memory (FMEM, DRAM) node.
-    pub fmem: u64,
-    /// Bytes taken from the slow-memory (SMEM) node.
-    pub smem: u64,
+pub use vm_config::BalloonSize;
+
+/// One tier's balloon in `GET vm.balloon-stats` (tier extension).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BalloonTierStats {
+    /// `fmem` or `smem`.
+    pub tier: String,
+    /// Balloon size the host asked for, bytes.
+    pub target: u64,
+    /// Balloon size the guest reports, bytes.
+    pub actual: u64,
+    /// Bytes of this tier's RAM the host holds as inflated (released on the
+    /// host), counted from the PFNs the guest sent.
+    pub host_inflated: u64,
+    /// The guest's total memory in this tier (from the Demeter driver's
+    /// per-tier statistics; absent until it reported them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_total: Option<u64>,
+    /// The guest's free memory in this tier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_free: Option<u64>,
+    /// `guest_total - guest_free`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_used: Option<u64>,
 }
 
-impl BalloonSize {
-    /// Both tiers together (saturating).
-    pub fn total(&self) -> u64 {
-        self.fmem.saturating_add(self.smem)
-    }
-
-    /// As the fork's `[u64; 2]`.
-    pub fn as_array(&self) -> [u64; 2] {
-        [self.fmem, self.smem]
-    }
-}
-
-impl From<[u64; 2]> for BalloonSize {
-    fn from([fmem, smem]: [u64; 2]) -> Self {
-        Self { fmem, smem }
-    }
-}
-
-impl From<u64> for BalloonSize {
-    fn from(fmem: u64) -> Self {
-        Self { fmem, smem: 0 }
-    }
-}
-
-impl Serialize for BalloonSize {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        if self.smem == 0 {
-            return s.serialize_u64(self.fmem);
-        }
-        let mut t = s.serialize_tuple(2)?;
-        t.serialize_element(&self.fmem)?;
-        t.serialize_element(&self.smem)?;
-        t.end()
-    }
-}
-
-const BALLOON_EXPECTED: &str =
-    "a non-negative integer (bytes) or a two-element array [fmem_bytes, smem_bytes]";
-
-struct BalloonVisitor;
-
-impl<'de> Visitor<'de> for BalloonVisitor {
-    type Value = BalloonSize;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(BALLOON_EXPECTED)
-    }
-
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<BalloonSize, E> {
-        Ok(BalloonSize::from(v))
-    }
-
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<BalloonSize, E> {
-        u64::try_from(v)
-            .map(BalloonSize::from)
-            .map_err(|_| E::custom(format!("balloon size {v} is negative")))
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<BalloonSize, A::Error> {
-        let mut sizes = Vec::with_capacity(2);
-        while let Some(v) = seq.next_element::<TierBytes>()? {
-            sizes.push(v.0);
-            if sizes.len() > 2 {
-                return Err(de::Error::custom(format!(
-                    "balloon size list has more than 2 elements; expected {BALLOON_EXPECTED}"
-                )));
-            }
-        }
-        match sizes[..] {
-            [fmem, smem] => Ok(BalloonSize { fmem, smem }),
-            _ => Err(de::Error::custom(format!(
-                "balloon size list has {} element(s); expected {BALLOON_EXPECTED}",
-                sizes.len()
-            ))),
-        }
-    }
-}
-
-/// One element of the `[fmem, smem]` list: a non-negative integer.
-struct TierBytes(u64);
-
-impl<'de> Deserialize<'de> for TierBytes {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = TierBytes;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a non-negative integer number of bytes")
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<TierBytes, E> {
-                Ok(TierBytes(v))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<TierBytes, E> {
-                u64::try_from(v)
-                    .map(TierBytes)
-                    .map_err(|_| E::custom(format!("balloon size {v} is negative")))
-            }
-        }
-        d.deserialize_u64(V)
-    }
-}
-
-impl<'de> Deserialize<'de> for BalloonSize {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(BalloonVisitor)
-    }
+/// `GET vm.balloon-stats`: newest upstream's `balloon_actual` and `stats`,
+/// plus one entry per tier.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BalloonStatsResponse {
+    /// Both balloons together as the guest reports them, bytes.
+    pub balloon_actual: u64,
+    /// Whether the guest driver negotiated one balloon per tier.
+    pub heterogeneous_memory: bool,
+    /// How many statistics reports the guest sent so far.
+    pub stats_updates: u64,
+    /// `[FMem, SMem]`.
+    pub tiers: Vec<BalloonTierStats>,
+    /// The guest's latest virtio-balloon statistics by name (bytes or
+    /// counts, as the virtio spec defines each tag).
+    #[serde(default)]
+    pub stats: BTreeMap<String, u64>,
 }
 
 /// `PUT vm.resize`. Every field is optional; absent or `null` means "leave

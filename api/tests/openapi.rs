@@ -13,7 +13,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use api::router::{API_PREFIX, ROUTES};
-use api::{BalloonSize, DeviceNode, VmInfo, VmResizeData, VmState, VmmPingResponse};
+use api::{
+    BalloonSize, BalloonStatsResponse, BalloonTierStats, DeviceNode, VmInfo, VmResizeData, VmState,
+    VmmPingResponse,
+};
 use serde_json::{json, Value};
 use vm_config::*;
 
@@ -247,8 +250,41 @@ fn full_vm_config() -> VmConfig {
         serial: full_console(),
         console: ConsoleConfig::default_console(),
         numa: Some(vec![full_numa()]),
+        balloon: Some(full_balloon()),
         iommu: false,
         watchdog: false,
+    }
+}
+
+fn full_balloon() -> BalloonConfig {
+    BalloonConfig {
+        size: BalloonSize {
+            fmem: 1 << 30,
+            smem: 2 << 30,
+        },
+        deflate_on_oom: true,
+        free_page_reporting: false,
+        statistics: true,
+        heterogeneous_memory: true,
+    }
+}
+
+fn full_balloon_stats() -> BalloonStatsResponse {
+    let tier = |name: &str| BalloonTierStats {
+        tier: name.into(),
+        target: 4096,
+        actual: 4096,
+        host_inflated: 4096,
+        guest_total: Some(1 << 30),
+        guest_free: Some(1 << 29),
+        guest_used: Some(1 << 29),
+    };
+    BalloonStatsResponse {
+        balloon_actual: 8192,
+        heterogeneous_memory: true,
+        stats_updates: 3,
+        tiers: vec![tier("fmem"), tier("smem")],
+        stats: BTreeMap::from([("free_memory".into(), 1 << 20)]),
     }
 }
 
@@ -339,6 +375,21 @@ fn cases() -> Vec<Case> {
                 vec!["tiers".into()],
             )),
             parses: parses::<VmmPingResponse>,
+        },
+        Case {
+            name: "BalloonConfig",
+            full: v(full_balloon()),
+            parses: parses::<BalloonConfig>,
+        },
+        Case {
+            name: "BalloonStats",
+            full: v(full_balloon_stats()),
+            parses: parses::<BalloonStatsResponse>,
+        },
+        Case {
+            name: "BalloonTierStats",
+            full: v(full_balloon_stats().tiers.remove(0)),
+            parses: parses::<BalloonTierStats>,
         },
         Case {
             name: "VmResize",
@@ -454,6 +505,9 @@ fn roundtrip_by_name(name: &str, v: &Value) -> Option<Value> {
         "VmInfo" => roundtrip::<VmInfo>(v),
         "DeviceNode" => roundtrip::<DeviceNode>(v),
         "VmmPingResponse" => roundtrip::<VmmPingResponse>(v),
+        "BalloonConfig" => roundtrip::<BalloonConfig>(v),
+        "BalloonStats" => roundtrip::<BalloonStatsResponse>(v),
+        "BalloonTierStats" => roundtrip::<BalloonTierStats>(v),
         _ => None,
     }
 }

@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use option_parser::{
-    ByteSized, IntegerList, OptionParser, OptionParserError, StringList, Toggle, TupleList,
+    ByteSized, ByteSizedList, IntegerList, OptionParser, OptionParserError, StringList, Toggle,
+    TupleList,
 };
 
 use crate::types::*;
@@ -323,6 +324,54 @@ HMAT and decide the guest's memory tiers)";
     }
 }
 
+impl crate::BalloonConfig {
+    /// `--balloon` syntax.
+    pub const SYNTAX: &'static str = "size=<size>|[<fmem_size>,<smem_size>],\
+deflate_on_oom=on|off,statistics=on|off,heterogeneous_memory=on|off \
+(a single size is taken from the fast tier; [FMEM,SMEM] needs heterogeneous_memory=on: \
+one balloon per tier, the SMem one on the memory-only NUMA node)";
+
+    /// Parses a `--balloon` value.
+    pub fn parse(input: &str) -> Result<Self, ParseError> {
+        const O: &str = "--balloon";
+        let p = parser(
+            O,
+            &[
+                "size",
+                "deflate_on_oom",
+                "free_page_reporting",
+                "statistics",
+                "heterogeneous_memory",
+            ],
+            input,
+        )?;
+        let size = match get::<ByteSizedList>(&p, O, "size")?.map(|l| l.0).as_deref() {
+            Some([fmem]) => crate::BalloonSize::from(*fmem),
+            Some([fmem, smem]) => crate::BalloonSize {
+                fmem: *fmem,
+                smem: *smem,
+            },
+            Some(other) => {
+                return Err(invalid(
+                    O,
+                    format!(
+                        "size= has {} sizes: give one size or [<fmem>,<smem>]",
+                        other.len()
+                    ),
+                ))
+            }
+            None => return Err(invalid(O, "size=<size> is required")),
+        };
+        Ok(Self {
+            size,
+            deflate_on_oom: toggle(&p, O, "deflate_on_oom", false)?,
+            free_page_reporting: toggle(&p, O, "free_page_reporting", false)?,
+            statistics: toggle(&p, O, "statistics", false)?,
+            heterogeneous_memory: toggle(&p, O, "heterogeneous_memory", false)?,
+        })
+    }
+}
+
 impl ConsoleConfig {
     /// `--serial` syntax.
     pub const SERIAL_SYNTAX: &'static str = "off|null|tty|file=<path> (default null)";
@@ -377,6 +426,34 @@ impl ConsoleConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn balloon_single_size_and_tier_pair() {
+        let b = crate::BalloonConfig::parse("size=1G").unwrap();
+        assert_eq!(b.size, crate::BalloonSize::from(1 << 30));
+        assert!(!b.heterogeneous_memory && !b.statistics && !b.deflate_on_oom);
+        let b = crate::BalloonConfig::parse(
+            "size=[2G,6G],statistics=on,deflate_on_oom=on,heterogeneous_memory=on",
+        )
+        .unwrap();
+        assert_eq!(b.size.as_array(), [2 << 30, 6 << 30]);
+        assert!(b.heterogeneous_memory && b.statistics && b.deflate_on_oom);
+    }
+
+    #[test]
+    fn balloon_rejects_bad_sizes() {
+        for bad in [
+            "statistics=on",
+            "size=[1G]x",
+            "size=[1G,2G,3G]",
+            "size=-1",
+            "size=1Q",
+        ] {
+            assert!(crate::BalloonConfig::parse(bad).is_err(), "{bad}");
+        }
+        let e = crate::BalloonConfig::parse("size=[1G,2G,3G]").unwrap_err();
+        assert!(e.to_string().contains("--balloon"), "{e}");
+    }
 
     #[test]
     fn cpus_defaults_and_full_syntax() {

@@ -7,10 +7,12 @@
 
 #![deny(missing_docs)]
 
+mod balloon;
 mod cli;
 mod types;
 mod validate;
 
+pub use balloon::{BalloonConfig, BalloonSize, Tier};
 pub use cli::ParseError;
 pub use types::*;
 pub use validate::ValidationError;

@@ -32,6 +32,9 @@ pub struct VmConfig {
     pub console: ConsoleConfig,
     /// Guest NUMA nodes.
     pub numa: Option<Vec<NumaConfig>>,
+    /// The (double) balloon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balloon: Option<crate::BalloonConfig>,
     /// Accepted for schema compatibility; must be false.
     #[serde(default)]
     pub iommu: bool,
@@ -303,6 +306,7 @@ impl Default for VmConfig {
             serial: ConsoleConfig::default_serial(),
             console: ConsoleConfig::default_console(),
             numa: None,
+            balloon: None,
             iommu: false,
             watchdog: false,
         }

@@ -20,6 +20,9 @@ pub enum ValidationError {
     /// Something about a `--numa` node.
     #[error("--numa: {0}")]
     Numa(String),
+    /// Something about `--balloon`.
+    #[error("--balloon: {0}")]
+    Balloon(String),
     /// Something about the payload.
     #[error("{0}")]
     Payload(String),
@@ -49,6 +52,7 @@ impl VmConfig {
         self.validate_memory(host_has_node)?;
         self.validate_numa()?;
         self.validate_payload()?;
+        self.validate_balloon()?;
         if self.iommu {
             return Err(ValidationError::Unsupported("iommu"));
         }
@@ -71,6 +75,51 @@ impl VmConfig {
         if self.serial.mode == ConsoleOutputMode::File && self.serial.file.is_none() {
             return Err(ValidationError::Payload(
                 "--serial: file mode needs a file".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks only the balloon against the memory layout (for `vm.resize`).
+    pub fn validate_balloon_size(&self) -> Result<(), ValidationError> {
+        self.validate_balloon()
+    }
+
+    fn validate_balloon(&self) -> Result<(), ValidationError> {
+        let Some(b) = &self.balloon else {
+            return Ok(());
+        };
+        let err = |m: String| Err(ValidationError::Balloon(m));
+        if b.free_page_reporting {
+            return Err(ValidationError::Unsupported(
+                "--balloon free_page_reporting=on",
+            ));
+        }
+        for (tier, size) in [("fmem", b.size.fmem), ("smem", b.size.smem)] {
+            check_page_multiple("--balloon", &format!("{tier} size"), size)
+                .map_err(ValidationError::Balloon)?;
+        }
+        let [fmem, smem] = self.tier_sizes();
+        if b.heterogeneous_memory {
+            if smem == 0 {
+                return err("heterogeneous_memory=on needs a slow tier: a --numa node \
+                     with memory zones and no cpus"
+                    .into());
+            }
+            if b.size.fmem > fmem || b.size.smem > smem {
+                return err(format!(
+                    "size=[{},{}] is larger than the tiers ([{fmem},{smem}] bytes)",
+                    b.size.fmem, b.size.smem
+                ));
+            }
+        } else if b.size.smem != 0 {
+            return err("a size for the slow tier needs heterogeneous_memory=on".into());
+        }
+        if b.size.total() >= fmem.saturating_add(smem) {
+            return err(format!(
+                "size {} leaves the guest no memory (RAM is {} bytes)",
+                b.size.total(),
+                fmem.saturating_add(smem)
             ));
         }
         Ok(())
@@ -328,6 +377,7 @@ fn check_page_multiple(_option: &str, what: &str, size: u64) -> Result<(), Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{BalloonConfig, Tier};
 
     fn tiered() -> VmConfig {
         VmConfig {
@@ -357,6 +407,53 @@ mod tests {
     fn tiered_config_is_valid() {
         check(&tiered()).unwrap();
         assert_eq!(tiered().total_memory(), 1536 << 20);
+    }
+
+    #[test]
+    fn balloon_tiers_follow_the_numa_nodes() {
+        let mut c = tiered();
+        assert_eq!(c.zone_tier("fmem"), Tier::Fmem);
+        assert_eq!(c.zone_tier("smem"), Tier::Smem);
+        assert_eq!(c.tier_sizes(), [512 << 20, 1 << 30]);
+        c.balloon = Some(
+            BalloonConfig::parse("size=[256M,512M],heterogeneous_memory=on,statistics=on").unwrap(),
+        );
+        check(&c).unwrap();
+    }
+
+    #[test]
+    fn balloon_sizes_are_checked_per_tier() {
+        let mut c = tiered();
+        let mut set = |s: &str| {
+            c.balloon = Some(BalloonConfig::parse(s).unwrap());
+            check(&c).map_err(|e| e.to_string())
+        };
+        assert!(set("size=[1G,0],heterogeneous_memory=on")
+            .unwrap_err()
+            .contains("larger than the tiers"));
+        assert!(set("size=[0,1G],heterogeneous_memory=off")
+            .unwrap_err()
+            .contains("needs heterogeneous_memory=on"));
+        assert!(set("size=1536M")
+            .unwrap_err()
+            .contains("leaves the guest no memory"));
+        assert!(set("size=1000").unwrap_err().contains("multiple of 4 KiB"));
+        assert!(set("size=1G,free_page_reporting=on")
+            .unwrap_err()
+            .contains("free_page_reporting"));
+        // Without HETERO_MEM the single balloon may take from both tiers.
+        set("size=1G").unwrap();
+    }
+
+    #[test]
+    fn hetero_balloon_needs_a_memory_only_node() {
+        let mut c = tiered();
+        c.numa = None;
+        c.balloon = Some(BalloonConfig::parse("size=[0,0],heterogeneous_memory=on").unwrap());
+        assert!(check(&c)
+            .unwrap_err()
+            .to_string()
+            .contains("needs a slow tier"));
     }
 
     #[test]

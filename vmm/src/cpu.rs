@@ -179,7 +179,8 @@ impl VcpuManager {
         self.shutdown();
     }
 
-    fn shutdown(&mut self) {
+    /// Stops and joins every vCPU thread (idempotent).
+    pub fn shutdown(&mut self) {
         self.set_state(RunState::Stopping);
         for h in self.handles.drain(..) {
             if h.join().is_err() {

@@ -8,9 +8,11 @@
 
 #![deny(missing_docs)]
 
+pub mod balloon;
 pub mod console;
 pub mod cpu;
 pub mod memory;
+pub mod virtio_mmio;
 pub mod vm;
 mod vmm;
 

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use vm_config::{
-    ConsoleConfig, CpusConfig, MemoryConfig, MemoryZoneConfig, NumaConfig, PayloadConfig, VmConfig,
+    BalloonConfig, ConsoleConfig, CpusConfig, MemoryConfig, MemoryZoneConfig, NumaConfig,
+    PayloadConfig, VmConfig,
 };
 use vmm::{ExitStatus, Vmm};
 
@@ -37,6 +38,8 @@ struct Cli {
     memory_zone: Vec<String>,
     #[arg(long, help = NumaConfig::SYNTAX, num_args = 1.., action = clap::ArgAction::Append)]
     numa: Vec<String>,
+    #[arg(long, help = BalloonConfig::SYNTAX)]
+    balloon: Option<String>,
     #[arg(long, help = ConsoleConfig::SERIAL_SYNTAX, default_value = "null")]
     serial: String,
     #[arg(long, help = ConsoleConfig::CONSOLE_SYNTAX, default_value = "off")]
@@ -80,6 +83,12 @@ fn build_config(cli: &Cli) -> Result<VmConfig, String> {
         serial: ConsoleConfig::parse_serial(&cli.serial).map_err(|e| e.to_string())?,
         console: ConsoleConfig::parse_console(&cli.console).map_err(|e| e.to_string())?,
         numa: (!numa.is_empty()).then_some(numa),
+        balloon: cli
+            .balloon
+            .as_deref()
+            .map(BalloonConfig::parse)
+            .transpose()
+            .map_err(|e| e.to_string())?,
         ..Default::default()
     };
     config.validate().map_err(|e| e.to_string())?;

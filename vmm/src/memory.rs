@@ -87,6 +87,8 @@ pub struct Zone {
     pub host_numa_node: Option<u32>,
     /// Backing file or memfd (for hole punching), if any.
     pub fd: Option<File>,
+    /// Host page size of the backing: 4 KiB, or the huge page size.
+    pub page_size: u64,
     host_addr: *mut u8,
 }
 
@@ -249,6 +251,8 @@ impl MemoryManager {
     }
 }
 
+/// Huge page size when `hugepage_size` is not given (x86-64's default).
+const DEFAULT_HUGEPAGE_SIZE: u64 = 2 << 20;
 const MADV_POPULATE_WRITE: i32 = 23;
 const MPOL_BIND: i32 = 2;
 const MPOL_MF_STRICT: u32 = 1;
@@ -290,6 +294,11 @@ fn create_zone(
         ranges,
         host_numa_node: zc.host_numa_node,
         fd,
+        page_size: if zc.hugepages {
+            zc.hugepage_size.unwrap_or(DEFAULT_HUGEPAGE_SIZE)
+        } else {
+            4096
+        },
         host_addr: addr.cast(),
     };
     if thp && !zc.hugepages && zc.file.is_none() && !zc.shared {

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use arch::acpi::{AcpiConfig, NumaNodeDesc};
 use arch::layout;
+use demeter_balloon::BalloonHandle;
 use devices::legacy::{AcpiPmDevice, GedDevice, SerialDevice, I8042};
+use devices::virtio::VirtioDevice;
 use devices::{Bus, IrqTrigger};
 use kvm_bindings::{kvm_pit_config, KVM_MAX_CPUID_ENTRIES, KVM_PIT_SPEAKER_DUMMY};
 use kvm_ioctls::{Kvm, VmFd};
@@ -16,6 +18,7 @@ use vmm_sys_util::eventfd::EventFd;
 
 use crate::cpu::{VcpuContext, VcpuExitReason, VcpuManager};
 use crate::memory::MemoryManager;
+use crate::virtio_mmio::VirtioMmioAllocator;
 
 /// Errors while building or booting a VM.
 #[derive(Debug, thiserror::Error)]
@@ -69,8 +72,11 @@ impl VmEvents {
 
 /// A booted VM.
 pub struct Vm {
-    // Field order is drop order: vCPUs stop before memory goes away.
+    // Field order is drop order: vCPUs stop before memory goes away; the
+    // Drop impl also stops virtio device threads before that.
     vcpus: VcpuManager,
+    virtio_devices: Vec<Arc<Mutex<dyn VirtioDevice>>>,
+    balloon: Option<BalloonHandle>,
     serial: Option<Arc<Mutex<SerialDevice>>>,
     ged: Arc<Mutex<GedDevice>>,
     memory: MemoryManager,
@@ -177,6 +183,26 @@ impl Vm {
             .insert(ged.clone(), u64::from(layout::GED_EVENT_PORT), 1)
             .map_err(dev_err)?;
 
+        // Virtio devices on the MMIO bus.
+        let mut mmio_bus = Bus::new();
+        let mut mmio_alloc = VirtioMmioAllocator::default();
+        let mut virtio_devices: Vec<Arc<Mutex<dyn VirtioDevice>>> = Vec::new();
+        let mut virtio_mmio = Vec::new();
+        let mut balloon = None;
+        if let Some(cfg) = &config.balloon {
+            let dev = crate::balloon::create(config, cfg, &memory)?;
+            balloon = Some(dev.handle());
+            let dev: Arc<Mutex<dyn VirtioDevice>> = Arc::new(Mutex::new(dev));
+            virtio_mmio.push(crate::virtio_mmio::attach(
+                &vm_fd,
+                &mut mmio_bus,
+                &mut mmio_alloc,
+                mem,
+                dev.clone(),
+            )?);
+            virtio_devices.push(dev);
+        }
+
         // Payload.
         let loaded = arch::boot::load_kernel(mem, kernel)?;
         let cmdline = payload.cmdline.clone().unwrap_or_default();
@@ -188,7 +214,7 @@ impl Vm {
             .map(|p| arch::boot::load_initramfs(mem, p, &ram, loaded.end))
             .transpose()?;
         arch::regs::write_boot_structures(mem)?;
-        let rsdp = arch::acpi::create_acpi_tables(mem, &acpi_config(config, &memory))
+        let rsdp = arch::acpi::create_acpi_tables(mem, &acpi_config(config, &memory, virtio_mmio))
             .map_err(|e| VmError::Acpi(e.to_string()))?;
         arch::boot::write_boot_params(
             mem,
@@ -230,10 +256,7 @@ impl Vm {
             .flatten()
             .map(|a| (a.vcpu, a.host_cpus.clone()))
             .collect();
-        let ctx = Arc::new(VcpuContext {
-            io_bus,
-            mmio_bus: Bus::new(),
-        });
+        let ctx = Arc::new(VcpuContext { io_bus, mmio_bus });
         let exit_evt = events
             .vcpu_exit
             .try_clone()
@@ -248,6 +271,8 @@ impl Vm {
         );
         Ok(Self {
             vcpus,
+            virtio_devices,
+            balloon,
             serial,
             ged,
             memory,
@@ -294,9 +319,26 @@ impl Vm {
             .notify(layout::GED_EVENT_POWER_BUTTON)
     }
 
-    /// Stops the vCPUs; memory is released when the VM is dropped.
+    /// The balloon's control handle, if the VM has a balloon.
+    pub fn balloon(&self) -> Option<&BalloonHandle> {
+        self.balloon.as_ref()
+    }
+
+    /// Stops the vCPUs and devices and releases guest memory.
     pub fn shutdown(self) {
-        self.vcpus.stop();
+        drop(self);
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        self.vcpus.shutdown();
+        // Device threads hold guest memory; stop them before it is unmapped.
+        for dev in &self.virtio_devices {
+            if !dev.lock().unwrap_or_else(|p| p.into_inner()).reset() {
+                log::warn!("a virtio device did not stop cleanly");
+            }
+        }
     }
 }
 
@@ -305,7 +347,11 @@ fn dev_err(e: devices::BusError) -> VmError {
 }
 
 /// Translates the NUMA configuration into ACPI's terms.
-fn acpi_config(config: &VmConfig, memory: &MemoryManager) -> AcpiConfig {
+fn acpi_config(
+    config: &VmConfig,
+    memory: &MemoryManager,
+    virtio_mmio: Vec<arch::acpi::VirtioMmioDesc>,
+) -> AcpiConfig {
     let numa = config
         .numa
         .iter()
@@ -333,6 +379,6 @@ fn acpi_config(config: &VmConfig, memory: &MemoryManager) -> AcpiConfig {
     AcpiConfig {
         vcpus: config.cpus.boot_vcpus,
         numa,
-        virtio_mmio: Vec::new(),
+        virtio_mmio,
     }
 }

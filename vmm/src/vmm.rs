@@ -327,17 +327,37 @@ impl Vmm {
                 Ok(ApiResponse::Empty)
             }
             ApiRequest::VmInfo => match (&self.config, state) {
-                (Some(config), Some(state)) => Ok(ApiResponse::VmInfo(Box::new(VmInfo {
-                    config: config.clone(),
-                    state,
-                    memory_actual_size: config.total_memory(),
-                    device_tree: None,
-                }))),
+                (Some(config), Some(state)) => {
+                    let ballooned = self
+                        .vm
+                        .as_ref()
+                        .and_then(Vm::balloon)
+                        .map_or(0, |b| b.actual().iter().sum::<u64>());
+                    Ok(ApiResponse::VmInfo(Box::new(VmInfo {
+                        config: config.clone(),
+                        state,
+                        memory_actual_size: config.total_memory().saturating_sub(ballooned),
+                        device_tree: None,
+                    })))
+                }
                 _ => Err(ApiError::VmNotCreated),
             },
             ApiRequest::VmCounters => match state {
-                Some(_) => Ok(ApiResponse::VmCounters(Default::default())),
+                Some(_) => {
+                    let mut counters = api::VmCounters::new();
+                    if let Some(b) = self.vm.as_ref().and_then(Vm::balloon) {
+                        counters.insert("__balloon".into(), b.counters());
+                    }
+                    Ok(ApiResponse::VmCounters(counters))
+                }
                 None => Err(ApiError::VmNotCreated),
+            },
+            ApiRequest::VmBalloonStats => match (state, &self.vm) {
+                (Some(VmState::Running | VmState::Paused), Some(vm)) => vm
+                    .balloon()
+                    .map(|b| ApiResponse::BalloonStats(Box::new(balloon_stats(b))))
+                    .ok_or(ApiError::NoBalloon),
+                (s, _) => Err(not_booted(s)),
             },
             ApiRequest::VmResize(data) => match state {
                 None => Err(ApiError::VmNotCreated),
@@ -347,13 +367,43 @@ impl Vmm {
                 Some(_) if data.desired_ram.is_some() => Err(ApiError::NotSupported(
                     "memory hotplug (desired_ram)".into(),
                 )),
-                Some(_) if data.desired_balloon.is_some() => Err(ApiError::NoBalloon),
-                Some(_) => Err(ApiError::BadRequest(
-                    "vm.resize needs desired_vcpus, desired_ram or desired_balloon".into(),
-                )),
+                Some(_) => match data.desired_balloon {
+                    Some(size) => self.resize_balloon(size).map(|()| ApiResponse::Empty),
+                    None => Err(ApiError::BadRequest(
+                        "vm.resize needs desired_vcpus, desired_ram or desired_balloon".into(),
+                    )),
+                },
             },
         };
         (result, After::Continue)
+    }
+
+    /// Sets the balloon's per-tier target. A booted VM's device moves at
+    /// once (asynchronously: the guest inflates or deflates in the
+    /// background); the configuration keeps the size for the next boot.
+    fn resize_balloon(&mut self, size: api::BalloonSize) -> Result<(), ApiError> {
+        let config = self.config.as_mut().ok_or(ApiError::VmNotCreated)?;
+        let Some(balloon) = config.balloon.as_mut() else {
+            return Err(ApiError::NoBalloon);
+        };
+        let previous = balloon.size;
+        balloon.size = size;
+        if let Err(e) = config.validate_balloon_size() {
+            if let Some(b) = config.balloon.as_mut() {
+                b.size = previous;
+            }
+            return Err(ApiError::BadRequest(e.to_string()));
+        }
+        if let Some(handle) = self.vm.as_ref().and_then(Vm::balloon) {
+            if let Err(e) = handle.resize(size.as_array()) {
+                if let Some(b) = self.config.as_mut().and_then(|c| c.balloon.as_mut()) {
+                    b.size = previous;
+                }
+                return Err(ApiError::BadRequest(e.to_string()));
+            }
+        }
+        log::info!("balloon target set to {:?}", size.as_array());
+        Ok(())
     }
 
     /// Boots the VM (if one was given) and supervises it until the process
@@ -440,5 +490,31 @@ impl Vmm {
                 }
             }
         }
+    }
+}
+
+/// The `vm.balloon-stats` answer from the device's view.
+fn balloon_stats(balloon: &demeter_balloon::BalloonHandle) -> api::BalloonStatsResponse {
+    let stats = balloon.stats();
+    let tiers = stats
+        .tiers
+        .iter()
+        .zip(["fmem", "smem"])
+        .map(|(t, name)| api::BalloonTierStats {
+            tier: name.into(),
+            target: t.target_bytes,
+            actual: t.actual_bytes,
+            host_inflated: t.host_balloon_bytes,
+            guest_total: t.guest_total_bytes,
+            guest_free: t.guest_free_bytes,
+            guest_used: t.guest_used_bytes,
+        })
+        .collect();
+    api::BalloonStatsResponse {
+        balloon_actual: balloon.actual().iter().sum(),
+        heterogeneous_memory: stats.heterogeneous_memory,
+        stats_updates: stats.updates,
+        tiers,
+        stats: stats.guest,
     }
 }

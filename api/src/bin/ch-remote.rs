@@ -29,6 +29,8 @@ enum Command {
     Info,
     /// Counters from the VM.
     Counters,
+    /// Balloon sizes per tier (FMem, SMem) and the guest's memory statistics.
+    BalloonStats,
     /// Create a VM from a JSON configuration (a file, or `-`/nothing for stdin).
     Create {
         /// Path to the VM configuration JSON, or `-` for stdin.
@@ -158,6 +160,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             call(s, Method::Put, "vm.resize", Some(&body))
         }
         Command::ShutdownVmm => call(s, Method::Put, "vmm.shutdown", None),
+        Command::BalloonStats => call(s, Method::Get, "vm.balloon-stats", None),
     }
 }
 

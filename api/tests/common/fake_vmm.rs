@@ -156,6 +156,31 @@ impl FakeVmm {
                     self.balloon = b;
                 }
             }
+            ApiRequest::VmBalloonStats => match self.state()? {
+                Running | Paused if self.options.has_balloon => {
+                    let tier = |name: &str, bytes: u64| api::BalloonTierStats {
+                        tier: name.into(),
+                        target: bytes,
+                        actual: bytes,
+                        host_inflated: bytes,
+                        ..Default::default()
+                    };
+                    return Ok(ApiResponse::BalloonStats(Box::new(
+                        api::BalloonStatsResponse {
+                            balloon_actual: self.balloon.total(),
+                            heterogeneous_memory: true,
+                            stats_updates: 0,
+                            tiers: vec![
+                                tier("fmem", self.balloon.fmem),
+                                tier("smem", self.balloon.smem),
+                            ],
+                            stats: BTreeMap::new(),
+                        },
+                    )));
+                }
+                Running | Paused => return Err(ApiError::NoBalloon),
+                Created | Shutdown => return Err(ApiError::VmNotBooted),
+            },
             ApiRequest::VmmPing => {
                 return Ok(ApiResponse::VmmPing(VmmPingResponse::for_this_process(
                     "0.1.0-fake",
