@@ -197,7 +197,9 @@ tb_stage_modules() {
             *.gz) gzip -dc "$mdir/$p" >"$dst" ;;
             *) cp "$mdir/$p" "$dst" ;;
             esac
-            if [[ $p == "$path" ]]; then
+            if [[ $p == "$path" && $params == noload ]]; then
+                : # packed for the scenario to load itself (modprobe NAME)
+            elif [[ $p == "$path" ]]; then
                 printf '%s %s\n' "${dst#"$out"/}" "$params" >>"$out/tb-load"
             else
                 printf '%s\n' "${dst#"$out"/}" >>"$out/tb-load"
