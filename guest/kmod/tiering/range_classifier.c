@@ -35,6 +35,7 @@ void hrc_default_params(struct hrc_params *p)
 	p->merge_epochs = HRC_DEF_MERGE_EPOCHS;
 	p->decay_shift = HRC_DEF_DECAY_SHIFT;
 	p->split_period_ms = HRC_DEF_SPLIT_PERIOD_MS;
+	p->half_split = 0;
 }
 
 /**
@@ -68,6 +69,8 @@ int hrc_params_validate(const struct hrc_params *p, u32 capacity)
 		return -EINVAL;
 	if (p->split_period_ms < HRC_MIN_SPLIT_PERIOD_MS ||
 	    p->split_period_ms > HRC_MAX_SPLIT_PERIOD_MS)
+		return -EINVAL;
+	if (p->half_split > 1)
 		return -EINVAL;
 	return 0;
 }
@@ -224,6 +227,9 @@ bool hrc_record_n(struct hrc *c, u64 addr, u64 n)
 	r = &c->ranges[i];
 	r->nr_access = hrc_sat_add(r->nr_access, n, HRC_COUNT_MAX);
 	r->nr_fresh = (u32)hrc_sat_add(r->nr_fresh, n, U32_MAX);
+	if (addr >= r->start + hrc_align_down(hrc_size(r) / 2,
+					      c->p.granularity))
+		r->nr_fresh_hi = (u32)hrc_sat_add(r->nr_fresh_hi, n, U32_MAX);
 	c->stats.nr_samples = hrc_sat_add(c->stats.nr_samples, n, U64_MAX);
 	c->ranked = false;
 	return true;
@@ -250,14 +256,44 @@ static const struct hrc_range *hrc_right(const struct hrc *c, u32 i)
 }
 
 /*
+ * Half test (half_split): one half of @r received alpha times the fresh
+ * samples of the other, and at least tau_split * nr_cpus of them (so that
+ * a handful of stray samples cannot split a cold range).  The halves are
+ * the children a split would create; they are not always of equal size
+ * (the cut is granularity-aligned), so the counts are compared as
+ * densities: cnt_hi * size_lo vs alpha * cnt_lo * size_hi.
+ */
+static bool hrc_halves_differ(const struct hrc *c, const struct hrc_range *r)
+{
+	u64 size = hrc_size(r);
+	u64 lo_size = hrc_align_down(size / 2, c->p.granularity);
+	u64 hi_size = size - lo_size;
+	u64 hi = r->nr_fresh_hi, lo = r->nr_fresh - r->nr_fresh_hi;
+	u64 min = hrc_split_min_fresh(c);
+	u32 pct = c->p.significance_pct;
+
+	if (!c->p.half_split || r->nr_fresh_hi > r->nr_fresh)
+		return false;
+	/* counts < 2^32, pct < 2^17: all factors fit 64 bits */
+	if (hi >= min &&
+	    hrc_cmp_prod(hi * 100, lo_size, lo * pct, hi_size) > 0)
+		return true;
+	if (lo >= min &&
+	    hrc_cmp_prod(lo * 100, hi_size, hi * pct, lo_size) > 0)
+		return true;
+	return false;
+}
+
+/*
  * Split test.  @r may split if it spans at least two granules, received
  * at least tau_split * nr_cpus samples in the epoch just ended, and either
  * has no adjacent range (it is alone in its part of the address space)
- * or is alpha times denser than an adjacent range (@l or @r, may be NULL).
+ * or is alpha times denser than an adjacent range (@l or @r, may be NULL),
+ * or (with half_split, unless @no_halves) its halves differ by alpha.
  */
-static bool hrc_split_ok(const struct hrc *c, const struct hrc_range *r,
-			 const struct hrc_range *left,
-			 const struct hrc_range *right)
+static bool hrc_split_ok_x(const struct hrc *c, const struct hrc_range *r,
+			   const struct hrc_range *left,
+			   const struct hrc_range *right, bool no_halves)
 {
 	u32 pct = c->p.significance_pct;
 
@@ -267,8 +303,17 @@ static bool hrc_split_ok(const struct hrc *c, const struct hrc_range *r,
 		return false;
 	if (!left && !right)
 		return true;
-	return (left && hrc_denser(r, left, pct)) ||
-	       (right && hrc_denser(r, right, pct));
+	if ((left && hrc_denser(r, left, pct)) ||
+	    (right && hrc_denser(r, right, pct)))
+		return true;
+	return !no_halves && hrc_halves_differ(c, r);
+}
+
+static bool hrc_split_ok(const struct hrc *c, const struct hrc_range *r,
+			 const struct hrc_range *left,
+			 const struct hrc_range *right)
+{
+	return hrc_split_ok_x(c, r, left, right, false);
 }
 
 /* Mark split candidates; if too many, keep the hottest. */
@@ -363,7 +408,12 @@ static bool hrc_merge_ok(const struct hrc *c, const struct hrc_range *a,
 					     U32_MAX),
 		.birth = a->birth > b->birth ? a->birth : b->birth,
 	};
-	return !hrc_split_ok(c, m, l, r);
+	/*
+	 * The halves of @m are not known (a and b need not be its halves);
+	 * a and b passed the "neither significantly hotter" test above, so
+	 * only the neighbour rule can make @m split right away.
+	 */
+	return !hrc_split_ok_x(c, m, l, r, true);
 }
 
 /* One left-to-right pass; a merged range may absorb further ranges. */
@@ -415,6 +465,7 @@ u32 hrc_epoch(struct hrc *c)
 	hrc_do_merges(c);
 	for (i = 0; i < c->nr; i++) {
 		c->ranges[i].nr_fresh = 0;
+		c->ranges[i].nr_fresh_hi = 0;
 		c->ranges[i].flags = 0;
 	}
 	c->ranked = false;
@@ -443,7 +494,7 @@ int hrc_validate(const struct hrc *c)
 		if (i && c->ranges[i - 1].end > r->start)
 			return -EINVAL;
 		if (r->nr_access > HRC_COUNT_MAX || r->birth > c->epoch ||
-		    r->flags)
+		    r->flags || r->nr_fresh_hi > r->nr_fresh)
 			return -EINVAL;
 	}
 	return 0;

@@ -60,6 +60,12 @@
  * @merge_epochs:	tau_merge: both ranges must be at least this many
  *			epochs old before they may merge; 0 disables merging.
  * @decay_shift:	counts are shifted right by this much every epoch.
+ * @half_split:		0 or 1.  1: a range may also split when one of its
+ *			halves received alpha times the fresh samples of
+ *			the other (and at least tau_split * nr_cpus of
+ *			them), whatever its neighbours.  This lifts the
+ *			"equal neighbours block refinement" limit (a big
+ *			range next to a small, denser one); see README.
  * @split_period_ms:	t_split: epoch length.  Not used by the core (the
  *			caller drives time); kept here so that one struct
  *			holds every knob and is validated in one place.
@@ -73,6 +79,7 @@ struct hrc_params {
 	u32 merge_epochs;
 	u32 decay_shift;
 	u32 split_period_ms;
+	u32 half_split;
 };
 
 /**
@@ -81,6 +88,8 @@ struct hrc_params {
  * @birth:	epoch in which the range was created (init, split, merge).
  * @nr_fresh:	samples recorded since the last epoch step.
  * @flags:	internal, zero between calls.
+ * @nr_fresh_hi: of @nr_fresh, those in the upper half (at or above the
+ *		granularity-aligned midpoint where a split would cut).
  */
 struct hrc_range {
 	u64 start;
@@ -89,6 +98,7 @@ struct hrc_range {
 	u64 birth;
 	u32 nr_fresh;
 	u32 flags;
+	u32 nr_fresh_hi;
 };
 
 /* A half-open address interval [start, end). */

@@ -37,6 +37,8 @@ int main(int argc, char **argv)
 		  &pass, &fail);
 	run_table(hrc_dynamics_tests, hrc_nr_dynamics_tests, filter, &pass,
 		  &fail);
+	run_table(hrc_half_split_tests, hrc_nr_half_split_tests, filter,
+		  &pass, &fail);
 	run_table(hrc_random_tests, hrc_nr_random_tests, filter, &pass,
 		  &fail);
 	printf("%u passed, %u failed\n", pass, fail);

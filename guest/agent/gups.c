@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * gups-hotset: GUPS-style random read-modify-write over a region whose
+ * hot part receives RATIO times the accesses per byte of the rest.
+ *
+ *   gups-hotset [-s REGION_MB] [-H HOT_MB] [-r RATIO] [-t SECONDS]
+ *               [-i REPORT_MS] [-f FMEM_NODE] [-w READY_FILE]
+ *
+ * The region is one anonymous mapping (THP off, so residency is counted
+ * per 4 KiB page); the hot set is its last HOT_MB.  It is first-touched
+ * cold part first, so on a guest whose FMem cannot hold the region the
+ * hot set starts out in SMem.  A reporter thread queries the node of the
+ * hot pages (all) and of the cold pages (every 8th) with move_pages(2)
+ * and prints one JSON line per interval:
+ *   {"gups":"tick","t_ms":..,"mups":..,"hot_fmem_pct":..,
+ *    "cold_fmem_pct":..,"fmem_access_pct":..}
+ * fmem_access_pct is the expected share of accesses served from FMem:
+ * the hot and cold residencies weighted by their access shares.
+ * At the end: {"gups":"done",...} with the times at which the hot-set
+ * residency first reached 60 % and 90 %.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PAGE		4096UL
+#define COLD_STRIDE	8
+
+static uint64_t *region;
+static size_t region_bytes, hot_bytes;
+static unsigned int ratio = 10;
+static int fmem_node;
+static volatile int stop;
+static volatile uint64_t updates;
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static long move_pages_query(unsigned long n, void **pages, int *status)
+{
+	return syscall(SYS_move_pages, 0, n, pages, NULL, status, 0);
+}
+
+/* Percent (x100) of the given pages that are on fmem_node. */
+static long pct_on_fmem(char *start, size_t bytes, size_t stride)
+{
+	enum { CHUNK = 1024 };
+	void *pages[CHUNK];
+	int status[CHUNK];
+	size_t off, on = 0, all = 0;
+
+	for (off = 0; off < bytes;) {
+		unsigned long n = 0, i;
+
+		while (n < CHUNK && off < bytes) {
+			pages[n++] = start + off;
+			off += stride * PAGE;
+		}
+		if (move_pages_query(n, pages, status))
+			return -1;
+		for (i = 0; i < n; i++) {
+			all++;
+			if (status[i] == fmem_node)
+				on++;
+		}
+	}
+	return all ? (long)(on * 10000 / all) : 0;
+}
+
+struct report_args {
+	unsigned int interval_ms;
+	uint64_t t0;
+	long t60, t90, last_hot, last_cold, last_acc;
+	double last_mups;
+};
+
+static void *reporter(void *arg)
+{
+	struct report_args *r = arg;
+	uint64_t last_u = 0, last_t = r->t0;
+	size_t cold = region_bytes - hot_bytes;
+	/* access shares: hot gets ratio x density */
+	double hot_w = (double)ratio * hot_bytes /
+		       ((double)ratio * hot_bytes + cold);
+
+	while (!stop) {
+		struct timespec ts = {
+			.tv_sec = r->interval_ms / 1000,
+			.tv_nsec = (r->interval_ms % 1000) * 1000000L,
+		};
+		uint64_t t, u;
+		long hot, cpct;
+		double acc;
+
+		nanosleep(&ts, NULL);
+		t = now_ms();
+		u = updates;
+		hot = pct_on_fmem((char *)region + cold, hot_bytes, 1);
+		cpct = pct_on_fmem((char *)region, cold, COLD_STRIDE);
+		acc = hot_w * hot + (1 - hot_w) * cpct;
+		r->last_mups = (double)(u - last_u) / 1000.0 /
+			       (double)(t - last_t ? t - last_t : 1);
+		r->last_hot = hot;
+		r->last_cold = cpct;
+		r->last_acc = (long)acc;
+		if (hot >= 6000 && r->t60 < 0)
+			r->t60 = (long)(t - r->t0);
+		if (hot >= 9000 && r->t90 < 0)
+			r->t90 = (long)(t - r->t0);
+		printf("{\"gups\":\"tick\",\"t_ms\":%llu,\"mups\":%.3f,"
+		       "\"hot_fmem_pct\":%.2f,\"cold_fmem_pct\":%.2f,"
+		       "\"fmem_access_pct\":%.2f}\n",
+		       (unsigned long long)(t - r->t0), r->last_mups,
+		       hot / 100.0, cpct / 100.0, acc / 100.0);
+		fflush(stdout);
+		last_u = u;
+		last_t = t;
+	}
+	return NULL;
+}
+
+static void on_term(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: gups-hotset [-s REGION_MB] [-H HOT_MB] [-r RATIO] "
+		"[-t SECONDS] [-i REPORT_MS] [-f FMEM_NODE] [-w READY_FILE]\n");
+	exit(2);
+}
+
+static unsigned long arg_ul(const char *s, unsigned long lo, unsigned long hi)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 0);
+	if (errno || *end || v < lo || v > hi)
+		usage();
+	return v;
+}
+
+int main(int argc, char **argv)
+{
+	unsigned long region_mb = 640, hot_mb = 64, seconds = 30;
+	struct report_args rep = { .interval_ms = 1000, .t60 = -1, .t90 = -1 };
+	const char *ready_file = NULL;
+	uint64_t x = 0x9e3779b97f4a7c15ULL, u = 0, n_hot, n_cold, thresh;
+	uint64_t t_start, t_end;
+	pthread_t th;
+	size_t off;
+	int c;
+
+	while ((c = getopt(argc, argv, "s:H:r:t:i:f:w:")) != -1) {
+		switch (c) {
+		case 's': region_mb = arg_ul(optarg, 2, 1UL << 20); break;
+		case 'H': hot_mb = arg_ul(optarg, 1, 1UL << 20); break;
+		case 'r': ratio = arg_ul(optarg, 1, 1000); break;
+		case 't': seconds = arg_ul(optarg, 1, 86400); break;
+		case 'i': rep.interval_ms = arg_ul(optarg, 50, 60000); break;
+		case 'f': fmem_node = arg_ul(optarg, 0, 1023); break;
+		case 'w': ready_file = optarg; break;
+		default: usage();
+		}
+	}
+	if (hot_mb >= region_mb)
+		usage();
+	region_bytes = region_mb << 20;
+	hot_bytes = hot_mb << 20;
+	region = mmap(NULL, region_bytes, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (region == MAP_FAILED) {
+		perror("mmap");
+		return 1;
+	}
+	madvise(region, region_bytes, MADV_NOHUGEPAGE);
+	/* First touch: cold part first, the hot set last. */
+	for (off = 0; off < region_bytes; off += PAGE)
+		region[off / 8] = off;
+	signal(SIGTERM, on_term);
+	signal(SIGINT, on_term);
+
+	n_hot = hot_bytes / 8;
+	n_cold = (region_bytes - hot_bytes) / 8;
+	/* P(hot) = ratio*hot / (ratio*hot + cold), as a 32-bit threshold */
+	thresh = (uint64_t)((double)ratio * hot_bytes /
+			    ((double)ratio * hot_bytes +
+			     (region_bytes - hot_bytes)) * 4294967296.0);
+	printf("{\"gups\":\"start\",\"pid\":%d,\"region\":\"%p\",\"region_mb\":%lu,"
+	       "\"hot_mb\":%lu,\"ratio\":%u,\"hot_access_share\":%.3f}\n",
+	       getpid(), (void *)region, region_mb, hot_mb, ratio,
+	       thresh / 4294967296.0);
+	fflush(stdout);
+	if (ready_file) {
+		FILE *f = fopen(ready_file, "w");
+
+		if (f) {
+			fprintf(f, "%d\n", getpid());
+			fclose(f);
+		}
+	}
+
+	t_start = now_ms();
+	rep.t0 = t_start;
+	t_end = t_start + seconds * 1000;
+	if (pthread_create(&th, NULL, reporter, &rep)) {
+		perror("pthread_create");
+		return 1;
+	}
+	while (!stop) {
+		int i;
+
+		for (i = 0; i < 4096; i++) {
+			uint64_t idx;
+
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			if ((x >> 32) < thresh)
+				idx = n_cold + (x & 0xffffffffULL) % n_hot;
+			else
+				idx = (x & 0xffffffffULL) % n_cold;
+			region[idx] ^= x;
+		}
+		u += 4096;
+		updates = u;
+		if ((u & ((1 << 16) - 1)) == 0 && now_ms() >= t_end)
+			break;
+	}
+	stop = 1;
+	pthread_join(th, NULL);
+	t_end = now_ms();
+	printf("{\"gups\":\"done\",\"seconds\":%.1f,\"updates\":%llu,\"mups\":%.3f,"
+	       "\"hot_fmem_pct\":%.2f,\"cold_fmem_pct\":%.2f,"
+	       "\"fmem_access_pct\":%.2f,\"t60_ms\":%ld,\"t90_ms\":%ld}\n",
+	       (t_end - t_start) / 1000.0, (unsigned long long)u,
+	       u / 1000.0 / (double)(t_end - t_start),
+	       rep.last_hot / 100.0, rep.last_cold / 100.0,
+	       rep.last_acc / 100.0, rep.t60, rep.t90);
+	return 0;
+}

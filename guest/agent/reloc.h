@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Balanced relocation planning (pure logic, unit-tested in
+ * tests/test_reloc.c): given promotion candidates (hot pages in SMem,
+ * hottest first) and demotion candidates (cold pages in FMem, coldest
+ * first), decide how many pages to move so that FMem never holds more
+ * than it does now plus its free headroom.
+ */
+#ifndef _AGENT_RELOC_H
+#define _AGENT_RELOC_H
+
+#include <stddef.h>
+
+/*
+ * reloc_plan() - number of promotions and demotions for one round.
+ * @nr_promo:	promotion candidates.
+ * @nr_demo:	demotion candidates.
+ * @headroom:	FMem pages that may still be filled (free minus reserve).
+ * @max_moves:	cap on promotions per round.
+ * @promo:	out: pages to promote.
+ * @demo:	out: pages to demote (the swap partners first).
+ *
+ * Demotions are only planned for promotions that do not fit the headroom:
+ * promo = min(nr_promo, max_moves, nr_demo + headroom),
+ * demo = max(0, promo - headroom).
+ */
+void reloc_plan(size_t nr_promo, size_t nr_demo, size_t headroom,
+		size_t max_moves, size_t *promo, size_t *demo);
+
+/*
+ * reloc_batch() - promotions allowed in one batch after @demoted_ok pages
+ * of the batch actually left FMem; consumes *@headroom_left.
+ */
+size_t reloc_batch(size_t want, size_t demoted_ok, size_t *headroom_left);
+
+#endif /* _AGENT_RELOC_H */

@@ -1,0 +1,602 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * tiering-agent: user-space half of the guest tiered-memory manager.
+ *
+ *   tiering-agent add PID            put PID under management (prints slot)
+ *   tiering-agent del PID            stop managing PID
+ *   tiering-agent run [-p MS] [-d S] [-b PAGES] [-m PAGES] [-r MB] [-v]
+ *                                    relocation daemon (see below)
+ *   tiering-agent stats              one JSON line: manager + per target
+ *
+ * The module (/sys/kernel/tiering) samples accesses and ranks gVA ranges;
+ * stock kernels do not let a module migrate pages, so this daemon does it
+ * with move_pages(2): each round (once per classifier epoch) it reads a
+ * target's promote list (hottest ranges that fit FMem) and demote list
+ * (coldest ranges), finds the pages of those ranges that sit in the wrong
+ * node, and swaps them in balanced batches: a batch of cold FMem pages is
+ * demoted first, then as many hot SMem pages are promoted as left FMem,
+ * plus what fits FMem's free headroom above a reserve.  FMem therefore
+ * never grows beyond (free - reserve) and reclaim is never needed.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include "reloc.h"
+
+#define SYSFS		"/sys/kernel/tiering"
+#define PAGE		4096UL
+#define MAX_TARGETS	64
+#define MAX_IV		256
+#define MAX_VMAS	4096
+#define QCHUNK		1024
+
+struct iv {
+	unsigned long start, end;
+};
+
+struct pagelist {
+	void **v;
+	size_t n, cap;
+};
+
+static volatile int stop;
+
+static unsigned long opt_period_ms = 500, opt_duration_s;
+static size_t opt_batch = 512, opt_max_moves = 16384, opt_scan_cap = 262144;
+static unsigned long opt_reserve_mb = 24;
+static int opt_verbose;
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int read_file(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, len - 1);
+	close(fd);
+	if (n < 0)
+		return -errno;
+	buf[n] = 0;
+	return (int)n;
+}
+
+static int write_file(const char *path, const char *s)
+{
+	int fd = open(path, O_WRONLY);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	n = write(fd, s, strlen(s));
+	close(fd);
+	return n < 0 ? -errno : 0;
+}
+
+static long read_long(const char *path, long dflt)
+{
+	char b[64];
+
+	if (read_file(path, b, sizeof(b)) <= 0)
+		return dflt;
+	return strtol(b, NULL, 0);
+}
+
+/* "key value" line in a stats file. */
+static long long stat_get(const char *buf, const char *key)
+{
+	size_t kl = strlen(key);
+	const char *p = buf;
+
+	while (p && *p) {
+		if (!strncmp(p, key, kl) && p[kl] == ' ')
+			return strtoll(p + kl + 1, NULL, 0);
+		p = strchr(p, '\n');
+		if (p)
+			p++;
+	}
+	return -1;
+}
+
+static int nr_targets(void)
+{
+	return (int)read_long(SYSFS "/targets/nr_targets", -1);
+}
+
+static long target_pid(int i)
+{
+	char path[128];
+
+	snprintf(path, sizeof(path), SYSFS "/targets/%d/pid", i);
+	return read_long(path, -1);
+}
+
+static int target_running(int i)
+{
+	char path[128], b[32];
+
+	snprintf(path, sizeof(path), SYSFS "/targets/%d/state", i);
+	return read_file(path, b, sizeof(b)) > 0 && !strncmp(b, "running", 7);
+}
+
+static int cmd_add(long pid)
+{
+	char path[128], val[32];
+	int n = nr_targets(), i, ret;
+
+	if (n < 0) {
+		fprintf(stderr, "tiering-agent: %s missing (module not loaded?)\n",
+			SYSFS);
+		return 1;
+	}
+	/* the first slot that is idle or whose process exited */
+	for (i = 0; i < n; i++)
+		if (!target_running(i))
+			break;
+	if (i == n) {
+		snprintf(val, sizeof(val), "%d", n + 1);
+		ret = write_file(SYSFS "/targets/nr_targets", val);
+		if (ret) {
+			fprintf(stderr, "tiering-agent: nr_targets: %s\n",
+				strerror(-ret));
+			return 1;
+		}
+	}
+	snprintf(path, sizeof(path), SYSFS "/targets/%d/pid", i);
+	snprintf(val, sizeof(val), "%ld", pid);
+	ret = write_file(path, val);
+	if (ret) {
+		fprintf(stderr, "tiering-agent: target %ld: %s\n", pid,
+			strerror(-ret));
+		return 1;
+	}
+	printf("%d\n", i);
+	return 0;
+}
+
+static int cmd_del(long pid)
+{
+	char path[128];
+	int n = nr_targets(), i;
+
+	for (i = 0; i < n; i++) {
+		if (target_pid(i) != pid)
+			continue;
+		snprintf(path, sizeof(path), SYSFS "/targets/%d/pid", i);
+		return write_file(path, "-1") ? 1 : 0;
+	}
+	fprintf(stderr, "tiering-agent: pid %ld is not a target\n", pid);
+	return 1;
+}
+
+/* "epoch N\n" then "start end" hex lines. */
+static int read_list(int i, const char *name, struct iv *iv, int max,
+		     long long *epoch)
+{
+	char path[128], *buf, *p;
+	int n = 0;
+
+	buf = malloc(8192);
+	if (!buf)
+		return -ENOMEM;
+	snprintf(path, sizeof(path), SYSFS "/targets/%d/%s", i, name);
+	if (read_file(path, buf, 8192) < 0) {
+		free(buf);
+		return -1;
+	}
+	*epoch = -1;
+	if (!strncmp(buf, "epoch ", 6))
+		*epoch = strtoll(buf + 6, NULL, 10);
+	p = strchr(buf, '\n');
+	while (p && *++p && n < max) {
+		char *e;
+
+		iv[n].start = strtoul(p, &e, 16);
+		iv[n].end = strtoul(e, &e, 16);
+		if (iv[n].end > iv[n].start)
+			n++;
+		p = strchr(e, '\n');
+	}
+	free(buf);
+	return n;
+}
+
+/* Writable private mappings (anon and file), sorted as in maps. */
+static int read_vmas(long pid, struct iv *v, int max)
+{
+	char path[64], line[512];
+	FILE *f;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%ld/maps", pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (n < max && fgets(line, sizeof(line), f)) {
+		unsigned long s, e;
+		char perm[8];
+
+		if (sscanf(line, "%lx-%lx %7s", &s, &e, perm) != 3)
+			continue;
+		if (perm[1] != 'w' || perm[3] != 'p' || strstr(line, "[v"))
+			continue;
+		v[n].start = s;
+		v[n].end = e;
+		n++;
+	}
+	fclose(f);
+	return n;
+}
+
+static int pl_push(struct pagelist *l, void *p)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 4096;
+		void **nv = realloc(l->v, cap * sizeof(*nv));
+
+		if (!nv)
+			return -1;
+		l->v = nv;
+		l->cap = cap;
+	}
+	l->v[l->n++] = p;
+	return 0;
+}
+
+/*
+ * Collect into @out the pages of @iv (in list order) that are mapped and
+ * currently on @want_node, until @limit pages or the scan budget.
+ */
+static void collect(long pid, const struct iv *iv, int niv,
+		    const struct iv *vma, int nvma, int want_node,
+		    size_t limit, size_t *budget, struct pagelist *out)
+{
+	void *q[QCHUNK];
+	int st[QCHUNK];
+	int i, j;
+
+	for (i = 0; i < niv && out->n < limit && *budget; i++) {
+		for (j = 0; j < nvma && out->n < limit && *budget; j++) {
+			unsigned long s = iv[i].start > vma[j].start ?
+					  iv[i].start : vma[j].start;
+			unsigned long e = iv[i].end < vma[j].end ?
+					  iv[i].end : vma[j].end;
+
+			while (s < e && out->n < limit && *budget) {
+				unsigned long k, n = 0;
+
+				while (n < QCHUNK && s < e && n < *budget) {
+					q[n++] = (void *)s;
+					s += PAGE;
+				}
+				*budget -= n;
+				if (syscall(SYS_move_pages, pid, n, q, NULL,
+					    st, 0))
+					return;
+				for (k = 0; k < n && out->n < limit; k++)
+					if (st[k] == want_node)
+						pl_push(out, q[k]);
+			}
+		}
+	}
+}
+
+static long node_free_pages(int node)
+{
+	char path[96], buf[4096], *p;
+
+	snprintf(path, sizeof(path), "/sys/devices/system/node/node%d/meminfo",
+		 node);
+	if (read_file(path, buf, sizeof(buf)) <= 0)
+		return 0;
+	p = strstr(buf, "MemFree:");
+	return p ? strtol(p + 8, NULL, 10) / 4 : 0;
+}
+
+/* Move pages; returns how many ended on @node. */
+static size_t move_to(long pid, void **pages, size_t n, int node,
+		      size_t *failed)
+{
+	int nodes[QCHUNK], st[QCHUNK];
+	size_t done = 0, i, k;
+
+	for (i = 0; i < n; i += QCHUNK) {
+		size_t m = n - i < QCHUNK ? n - i : QCHUNK;
+
+		for (k = 0; k < m; k++)
+			nodes[k] = node;
+		if (syscall(SYS_move_pages, pid, m, pages + i, nodes, st,
+			    2 /* MPOL_MF_MOVE */) < 0) {
+			*failed += m;
+			continue;
+		}
+		for (k = 0; k < m; k++) {
+			if (st[k] == node)
+				done++;
+			else
+				(*failed)++;
+		}
+	}
+	return done;
+}
+
+struct agent_stats {
+	unsigned long long rounds, promoted, demoted, failed;
+};
+
+static void round_one(int ti, int fmem, int smem, long long *last_epoch,
+		      struct agent_stats *as)
+{
+	static struct iv promo_iv[MAX_IV], demo_iv[MAX_IV], vma[MAX_VMAS];
+	struct pagelist pro = { 0 }, dem = { 0 };
+	size_t budget = opt_scan_cap, np, nd, i, hl, failed = 0;
+	size_t promoted = 0, demoted = 0;
+	long long ep, ep2;
+	long pid = target_pid(ti), freep, reserve;
+	int npi, ndi, nv;
+	char path[128], val[96];
+
+	if (pid <= 0)
+		return;
+	npi = read_list(ti, "promote", promo_iv, MAX_IV, &ep);
+	ndi = read_list(ti, "demote", demo_iv, MAX_IV, &ep2);
+	if (npi <= 0 || ndi < 0 || ep == *last_epoch)
+		return;
+	*last_epoch = ep;
+	nv = read_vmas(pid, vma, MAX_VMAS);
+	if (nv <= 0)
+		return;
+
+	collect(pid, promo_iv, npi, vma, nv, smem, opt_max_moves, &budget,
+		&pro);
+	freep = node_free_pages(fmem);
+	reserve = (long)(opt_reserve_mb << 20) / (long)PAGE;
+	hl = freep > reserve ? (size_t)(freep - reserve) : 0;
+	reloc_plan(pro.n, SIZE_MAX / 2, hl, opt_max_moves, &np, &nd);
+	if (nd)
+		collect(pid, demo_iv, ndi, vma, nv, fmem, nd, &budget, &dem);
+	reloc_plan(pro.n, dem.n, hl, opt_max_moves, &np, &nd);
+
+	for (i = 0; i < np;) {
+		size_t want = np - i < opt_batch ? np - i : opt_batch;
+		size_t d = 0, p, dn = 0;
+
+		if (demoted < nd) {
+			dn = nd - demoted < want ? nd - demoted : want;
+			d = move_to(pid, dem.v + demoted, dn, smem, &failed);
+			demoted += dn;
+		}
+		p = reloc_batch(want, d, &hl);
+		if (!p)
+			break;
+		promoted += move_to(pid, pro.v + i, p, fmem, &failed);
+		i += p;
+		if (stop)
+			break;
+	}
+	as->rounds++;
+	as->promoted += promoted;
+	as->demoted += demoted;
+	as->failed += failed;
+	snprintf(path, sizeof(path), SYSFS "/targets/%d/relocated", ti);
+	snprintf(val, sizeof(val), "%zu %zu %zu", promoted, demoted, failed);
+	write_file(path, val);
+	if (opt_verbose)
+		fprintf(stderr, "agent: target %d pid %ld epoch %lld: "
+			"candidates promo %zu demo %zu headroom %ld -> "
+			"promoted %zu demoted %zu failed %zu\n",
+			ti, pid, ep, pro.n, dem.n,
+			freep > reserve ? freep - reserve : 0, promoted,
+			demoted, failed);
+	free(pro.v);
+	free(dem.v);
+}
+
+static unsigned long long self_cpu_ns(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000ULL +
+	       (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000ULL;
+}
+
+static void on_term(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
+
+static int cmd_run(void)
+{
+	long long last_epoch[MAX_TARGETS];
+	struct agent_stats as = { 0 };
+	uint64_t t0 = now_ms(), next;
+	int fmem = (int)read_long(SYSFS "/fmem_node", -1);
+	int smem = (int)read_long(SYSFS "/smem_node", -1);
+	int i;
+
+	if (fmem < 0 || smem < 0) {
+		fprintf(stderr, "tiering-agent: need an FMem and an SMem node "
+			"(module says %d/%d)\n", fmem, smem);
+		return 1;
+	}
+	for (i = 0; i < MAX_TARGETS; i++)
+		last_epoch[i] = -1;
+	signal(SIGTERM, on_term);
+	signal(SIGINT, on_term);
+	next = t0;
+	while (!stop) {
+		int n = nr_targets();
+		struct timespec ts;
+		uint64_t now;
+
+		if (n < 0)
+			break;	/* module unloaded */
+		for (i = 0; i < n && i < MAX_TARGETS && !stop; i++)
+			if (target_running(i))
+				round_one(i, fmem, smem, &last_epoch[i], &as);
+		now = now_ms();
+		if (opt_duration_s && now - t0 >= opt_duration_s * 1000)
+			break;
+		next += opt_period_ms / 2;	/* poll twice per epoch */
+		if (next < now)
+			next = now;
+		ts.tv_sec = (next - now) / 1000;
+		ts.tv_nsec = (long)((next - now) % 1000) * 1000000L;
+		nanosleep(&ts, NULL);
+	}
+	printf("{\"agent\":\"done\",\"rounds\":%llu,\"promoted\":%llu,"
+	       "\"demoted\":%llu,\"failed\":%llu,\"agent_cpu_ns\":%llu,"
+	       "\"wall_ms\":%llu}\n", as.rounds, as.promoted, as.demoted,
+	       as.failed, self_cpu_ns(), (unsigned long long)(now_ms() - t0));
+	return 0;
+}
+
+/* Sum of N<node>=pages over /proc/PID/numa_maps. */
+static void numa_pages(long pid, long long *per_node, int max)
+{
+	char path[64], line[1024];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%ld/numa_maps", pid);
+	f = fopen(path, "r");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		char *p = line;
+
+		while ((p = strstr(p, " N"))) {
+			char *e;
+			long nid = strtol(p + 2, &e, 10);
+
+			if (*e == '=' && nid >= 0 && nid < max)
+				per_node[nid] += strtoll(e + 1, &e, 10);
+			p = e;
+		}
+	}
+	fclose(f);
+}
+
+static int cmd_stats(void)
+{
+	char g[4096], t[4096], path[128], src[32];
+	int n = nr_targets(), i, fmem, smem;
+
+	if (n < 0 || read_file(SYSFS "/stats", g, sizeof(g)) < 0) {
+		fprintf(stderr, "tiering-agent: %s missing\n", SYSFS);
+		return 1;
+	}
+	fmem = (int)stat_get(g, "fmem_node");
+	smem = (int)stat_get(g, "smem_node");
+	printf("{\"manager\":{\"worker_cpu_ns\":%lld,\"samples\":%lld,"
+	       "\"sample_rate\":%lld,\"epochs\":%lld,\"fmem_node\":%d,"
+	       "\"smem_node\":%d,\"fmem_capacity_pages\":%lld,"
+	       "\"fmem_free_pages\":%ld,\"smem_free_pages\":%ld},\"targets\":[",
+	       stat_get(g, "worker_cpu_ns"), stat_get(g, "samples"),
+	       stat_get(g, "sample_rate"), stat_get(g, "epochs"), fmem, smem,
+	       stat_get(g, "fmem_capacity_pages"), node_free_pages(fmem),
+	       smem >= 0 ? node_free_pages(smem) : 0);
+	for (i = 0; i < n; i++) {
+		long long pages[64] = { 0 };
+		long pid = target_pid(i);
+		char *nl;
+
+		snprintf(path, sizeof(path), SYSFS "/targets/%d/stats", i);
+		if (read_file(path, t, sizeof(t)) < 0)
+			continue;
+		snprintf(path, sizeof(path), SYSFS "/targets/%d/source", i);
+		if (read_file(path, src, sizeof(src)) < 0)
+			strcpy(src, "?");
+		nl = strchr(src, '\n');
+		if (nl)
+			*nl = 0;
+		if (pid > 0)
+			numa_pages(pid, pages, 64);
+		printf("%s{\"slot\":%d,\"pid\":%ld,\"state\":%lld,"
+		       "\"source\":\"%s\",\"sample_rate\":%lld,\"samples\":%lld,"
+		       "\"ranges\":%lld,\"splits\":%lld,\"merges\":%lld,"
+		       "\"scan_ns\":%lld,\"window_ms\":%lld,\"nr_hot\":%lld,"
+		       "\"hot_bytes\":%lld,\"promoted\":%lld,\"demoted\":%lld,"
+		       "\"reloc_failed\":%lld,\"fmem_pages\":%lld,"
+		       "\"smem_pages\":%lld}",
+		       i ? "," : "", i, pid, stat_get(t, "state"), src,
+		       stat_get(t, "sample_rate"), stat_get(t, "samples"),
+		       stat_get(t, "ranges"), stat_get(t, "splits"),
+		       stat_get(t, "merges"), stat_get(t, "scan_ns"),
+		       stat_get(t, "window_ms"), stat_get(t, "nr_hot"),
+		       stat_get(t, "hot_bytes"), stat_get(t, "promoted"),
+		       stat_get(t, "demoted"), stat_get(t, "reloc_failed"),
+		       fmem >= 0 && fmem < 64 ? pages[fmem] : 0,
+		       smem >= 0 && smem < 64 ? pages[smem] : 0);
+	}
+	printf("]}\n");
+	return 0;
+}
+
+static void usage(void)
+{
+	fprintf(stderr,
+		"usage: tiering-agent add PID | del PID | stats |\n"
+		"       run [-p EPOCH_MS] [-d SECONDS] [-b BATCH_PAGES] "
+		"[-m MAX_PAGES_PER_ROUND] [-r RESERVE_MB] [-v]\n");
+	exit(2);
+}
+
+static unsigned long arg_ul(const char *s, unsigned long lo, unsigned long hi)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 0);
+	if (errno || *end || v < lo || v > hi)
+		usage();
+	return v;
+}
+
+int main(int argc, char **argv)
+{
+	int c;
+
+	if (argc < 2)
+		usage();
+	if (!strcmp(argv[1], "add") && argc == 3)
+		return cmd_add((long)arg_ul(argv[2], 1, 0x7fffffff));
+	if (!strcmp(argv[1], "del") && argc == 3)
+		return cmd_del((long)arg_ul(argv[2], 1, 0x7fffffff));
+	if (!strcmp(argv[1], "stats") && argc == 2)
+		return cmd_stats();
+	if (strcmp(argv[1], "run"))
+		usage();
+	optind = 2;
+	while ((c = getopt(argc, argv, "p:d:b:m:r:v")) != -1) {
+		switch (c) {
+		case 'p': opt_period_ms = arg_ul(optarg, 10, 600000); break;
+		case 'd': opt_duration_s = arg_ul(optarg, 1, 86400 * 365); break;
+		case 'b': opt_batch = arg_ul(optarg, 1, 1 << 20); break;
+		case 'm': opt_max_moves = arg_ul(optarg, 1, 1 << 24); break;
+		case 'r': opt_reserve_mb = arg_ul(optarg, 0, 1 << 20); break;
+		case 'v': opt_verbose = 1; break;
+		default: usage();
+		}
+	}
+	return cmd_run();
+}

@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Guest tiered-memory manager (Demeter section 3.2) for stock kernels:
+ * internal interfaces between the module's parts.
+ *
+ *   tier_main.c   module parameters, targets, the worker thread, sysfs
+ *   tier_abit.c   accessed-bit sampling source (any x86 CPU)
+ *   tier_pebs.c   PEBS sampling source (Intel, perf kernel counters)
+ *   tier_sample.c sample decoding / ring (pure C, user-space tested)
+ */
+#ifndef _TIERING_TIER_H
+#define _TIERING_TIER_H
+
+#include <linux/kobject.h>
+#include <linux/mutex.h>
+#include <linux/pid.h>
+#include <linux/perf_event.h>
+#include "range_classifier.h"
+#include "tier_sample.h"
+
+#define TIER_MAX_TARGETS	64
+#define TIER_SEL_MAX		128	/* promote/demote intervals published */
+#define TIER_RING_ENTRIES	16384
+
+enum tier_source {
+	TIER_SRC_NONE = 0,
+	TIER_SRC_ABIT,
+	TIER_SRC_PEBS,
+};
+
+enum tier_state {
+	TIER_ST_IDLE = 0,	/* no pid */
+	TIER_ST_RUNNING,
+	TIER_ST_EXITED,		/* the process went away; pid kept for show */
+};
+
+struct tier_target {
+	struct kobject kobj;
+	u32 idx;
+
+	/* Everything below is protected by tier_lock. */
+	enum tier_state state;
+	enum tier_source source;
+	enum tier_source last_source;	/* kept after the target exits */
+	struct pid *pid;
+	pid_t pid_nr;
+	u64 started_ns;
+
+	struct hrc hrc;
+	struct hrc_range *ranges;
+	u32 *order;
+	u64 span_lo, span_hi;
+
+	/* accessed-bit source */
+	u64 next_scan_ns;
+	u64 cycle_start_ns;
+	bool abit_armed;	/* bits cleared, waiting for the window */
+	u32 window_ms;
+	u64 abit_present, abit_young;	/* last check pass */
+
+	/* PEBS source */
+	struct perf_event *ev_load, *ev_store;
+	struct tier_ring ring;
+	u64 *ring_mem;
+	struct tier_filter filter;
+	tier_counter_t verdicts[TIER_NR_VERDICTS];
+
+	u64 next_epoch_ns;
+	u64 epoch_samples;	/* samples recorded in the running epoch */
+	u64 last_rate;		/* samples/s over the last epoch */
+
+	/* published selection (after each epoch) */
+	struct hrc_interval promo[TIER_SEL_MAX], demo[TIER_SEL_MAX];
+	u32 nr_promo, nr_demo, nr_hot;
+	u64 hot_bytes;
+	u64 sel_epoch;
+
+	/* statistics */
+	u64 nr_samples;
+	u64 nr_scans;
+	u64 scan_ns;
+	u64 epoch_ns;
+	u64 reloc_promoted, reloc_demoted, reloc_failed, reloc_rounds;
+};
+
+extern struct mutex tier_lock;
+
+/* accessed-bit source */
+void tier_abit_flush(void);
+u64 tier_abit_pass(struct tier_target *t, struct mm_struct *mm, bool record,
+		   u64 *present);
+
+/* PEBS source */
+int tier_pebs_probe(char *why, size_t len);
+int tier_pebs_start(struct tier_target *t, struct task_struct *task);
+void tier_pebs_stop(struct tier_target *t);
+u64 tier_pebs_drain(struct tier_target *t);
+
+extern unsigned int tier_pebs_ldlat;
+extern unsigned int tier_pebs_load_period;
+extern unsigned int tier_pebs_store_period;
+
+#endif /* _TIERING_TIER_H */

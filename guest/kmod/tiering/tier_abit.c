@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Accessed-bit sampling source: works on any x86 CPU (no PMU needed).
+ *
+ * Stock 6.12 does not export walk_page_range(), ptep_test_and_clear_young()
+ * or flush_tlb_mm_range() to modules, so the walk is done the way the
+ * kernel's own lockless GUP (gup_fast) does it, with inline helpers only:
+ *
+ *  - The mm is pinned with get_task_mm() (mm_users > 0), so its page
+ *    tables are not torn down by exit_mmap() while we look.
+ *  - Each PMD's worth of entries (<= 512 PTEs) is walked with interrupts
+ *    disabled, reading every level once with READ_ONCE (the *_lockless
+ *    offset helpers).  x86 frees page-table pages only after a TLB
+ *    shootdown IPI or an RCU grace period (MMU_GATHER_RCU_TABLE_FREE,
+ *    pte_free_defer), and both wait for an interrupts-off section, so
+ *    the table we read cannot be freed and reused under us.
+ *  - An accessed bit is cleared with cmpxchg on the whole entry, and
+ *    only if the entry is still the present, young entry we read.  If
+ *    the kernel changed it meanwhile (zap, migration entry, protection
+ *    change) the cmpxchg fails and we leave it alone; we never write a
+ *    non-present (swap/migration) entry.  A concurrent plain store by
+ *    the kernel under the PTL at worst re-sets the bit: this is exactly
+ *    the race the hardware's own atomic A/D updates already have.
+ *  - TLB: flush_tlb_mm_range() and flush_tlb_one_user() are not exported,
+ *    so there is no single-address flush.  Correctness does not need one:
+ *    on x86 a cleared accessed bit with a stale TLB entry is harmless (the
+ *    kernel's own ptep_clear_flush_young() skips the flush on x86 for this
+ *    reason).  Accuracy does: a CPU only sets the bit when it walks the
+ *    page table, so a translation that stays cached would never show up
+ *    as young again (measured under QEMU TCG, whose software TLB is large:
+ *    no page turned young after the first pass).  tier_abit_flush() thus
+ *    does one full flush (__flush_tlb_all(), exported) on every CPU via
+ *    IPI after each clear pass: one flush per pass, not per page, at most
+ *    every abit_min_window_ms; the other processes pay a TLB refill, as
+ *    after a context switch without PCID.  Module parameter abit_tlb_flush
+ *    turns it off.
+ *  - The mmap lock is not taken, so the target's page faults are never
+ *    delayed by the scanner.
+ */
+#include <linux/mm.h>
+#include <linux/pgtable.h>
+#include <linux/sched.h>
+#include <linux/irqflags.h>
+#include <linux/smp.h>
+#include <asm/tlbflush.h>
+#include "tier.h"
+
+static void tier_abit_flush_cpu(void *unused)
+{
+	__flush_tlb_all();
+}
+
+void tier_abit_flush(void)
+{
+	on_each_cpu(tier_abit_flush_cpu, NULL, 1);
+}
+
+static bool tier_clear_young(unsigned long *entry, unsigned long old)
+{
+	return cmpxchg(entry, old, old & ~_PAGE_ACCESSED) == old;
+}
+
+/* One PMD's worth (or a whole empty upper-level entry); returns next addr. */
+static unsigned long tier_abit_chunk(struct mm_struct *mm, unsigned long addr,
+				     unsigned long end, u64 *young,
+				     u64 *present)
+{
+	unsigned long flags, next;
+	pgd_t *pgdp, pgd;
+	p4d_t *p4dp, p4d;
+	pud_t *pudp, pud;
+	pmd_t *pmdp, pmd;
+	pte_t *ptep, pte;
+
+	local_irq_save(flags);
+	pgdp = pgd_offset(mm, addr);
+	pgd = READ_ONCE(*pgdp);
+	if (pgd_none(pgd) || pgd_bad(pgd)) {
+		next = pgd_addr_end(addr, end);
+		goto out;
+	}
+	p4dp = p4d_offset_lockless(pgdp, pgd, addr);
+	p4d = READ_ONCE(*p4dp);
+	if (p4d_none(p4d) || p4d_bad(p4d)) {
+		next = p4d_addr_end(addr, end);
+		goto out;
+	}
+	pudp = pud_offset_lockless(p4dp, p4d, addr);
+	pud = READ_ONCE(*pudp);
+	if (pud_none(pud) || !pud_present(pud) || pud_leaf(pud) ||
+	    pud_bad(pud)) {
+		next = pud_addr_end(addr, end);
+		goto out;
+	}
+	pmdp = pmd_offset_lockless(pudp, pud, addr);
+	pmd = pmdp_get_lockless(pmdp);
+	next = pmd_addr_end(addr, end);
+	if (pmd_none(pmd) || !pmd_present(pmd))
+		goto out;
+	if (pmd_leaf(pmd)) {
+		/* A transparent huge page: one sample for the whole 2 MiB. */
+		(*present)++;
+		if (pmd_young(pmd) &&
+		    tier_clear_young((unsigned long *)pmdp, pmd_val(pmd)))
+			(*young)++;
+		goto out;
+	}
+	if (pmd_bad(pmd))
+		goto out;
+	ptep = pte_offset_kernel(&pmd, addr);
+	for (; addr < next; addr += PAGE_SIZE, ptep++) {
+		pte = ptep_get(ptep);
+		if (!pte_present(pte))
+			continue;
+		(*present)++;
+		if (pte_young(pte) &&
+		    tier_clear_young((unsigned long *)ptep, pte_val(pte)))
+			(*young)++;
+	}
+out:
+	local_irq_restore(flags);
+	return next;
+}
+
+/**
+ * tier_abit_pass() - test and clear the accessed bits over all ranges.
+ * @t:		target (tier_lock held; its ranges do not change meanwhile).
+ * @mm:		the target's mm, pinned by the caller.
+ * @record:	count young pages into the classifier (else only clear).
+ * @present:	out: present entries seen.
+ *
+ * Return: young entries seen.
+ */
+u64 tier_abit_pass(struct tier_target *t, struct mm_struct *mm, bool record,
+		   u64 *present)
+{
+	struct hrc *c = &t->hrc;
+	u64 total = 0, pres = 0;
+	u32 i;
+
+	for (i = 0; i < c->nr; i++) {
+		unsigned long addr = c->ranges[i].start;
+		unsigned long end = c->ranges[i].end;
+		u64 young = 0;
+
+		while (addr < end) {
+			addr = tier_abit_chunk(mm, addr, end, &young, &pres);
+			cond_resched();
+		}
+		if (record && young)
+			hrc_record_n(c, c->ranges[i].start, young);
+		total += young;
+	}
+	*present = pres;
+	return total;
+}

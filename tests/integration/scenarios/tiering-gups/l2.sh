@@ -1,0 +1,249 @@
+# shellcheck shell=sh
+# tiering-gups, L2 side: the guest tiered-memory manager (tiering.ko +
+# tiering-agent) against the baselines a stock kernel offers, on a GUPS
+# "hotset" workload whose footprint exceeds FMem (node 0).
+#
+# Phases (one fresh gups-hotset each, REGION_MB with its last HOT_MB hot,
+# 10x access density; first-touched cold part first, so the hot set starts
+# in SMem because FMem fills up first):
+#   none   no tiering                                   BASE_S seconds
+#   numab  numa_balancing=2 + demotion_enabled=true     RUN_S seconds
+#   ours   tiering.ko (sampler auto) + tiering-agent    RUN_S seconds
+#   unload rmmod while a target and the agent run
+# Each phase reports the hot-set residency in FMem once a second.
+# Kernel command line knobs: tb.tier_run_s=N tb.tier_base_s=N
+# tb.tier_region_mb=N tb.tier_hot_mb=N tb.tier_min_pct=N
+# tb.tier_phases=none,numab,ours,unload (a subset, for development).
+# shellcheck source=../../lib/common.sh
+. "$TB_LIB/common.sh"
+# shellcheck source=../../lib/l2.sh
+. "$TB_LIB/l2.sh"
+tb_begin l2
+
+SYS=/sys/kernel/tiering
+KO=/tb/kmod/tiering.ko
+GUPS=$TB_BIN/gups-hotset
+AGENT=$TB_BIN/tiering-agent
+REGION_MB=640
+HOT_MB=64
+RUN_S=30
+BASE_S=15
+MIN_PCT=60
+PHASES="none numab ours unload"
+# shellcheck disable=SC2013 # words, not lines
+for arg in $(cat /proc/cmdline); do
+    case $arg in
+    tb.tier_run_s=*) RUN_S=${arg#*=} ;;
+    tb.tier_base_s=*) BASE_S=${arg#*=} ;;
+    tb.tier_region_mb=*) REGION_MB=${arg#*=} ;;
+    tb.tier_hot_mb=*) HOT_MB=${arg#*=} ;;
+    tb.tier_min_pct=*) MIN_PCT=${arg#*=} ;;
+    tb.tier_phases=*) PHASES=$(echo "${arg#*=}" | tr ',' ' ') ;;
+    esac
+done
+tb_fact region_mb "$REGION_MB"
+tb_fact hot_mb "$HOT_MB"
+tb_fact run_s "$RUN_S"
+tb_fact node0_memtotal_kb "$(tb_node_memtotal_kb 0)"
+
+# json_field FILE-LINE KEY: numeric field of a one-line JSON object
+json_num() { printf '%s\n' "$1" | sed -n "s/.*\"$2\":\(-\{0,1\}[0-9.]*\).*/\1/p"; }
+stat_of() { awk -v k="$2" '$1 == k { print $2 }' "$1" 2>/dev/null; }
+# try_write NAME WANT-ERRNO-TEXT VALUE FILE: the write must fail with that error
+try_write() {
+    if sh -c "echo '$3' > '$4'" 2>/tmp/tw.err; then
+        tb_fail "$1" "write '$3' to $4 succeeded"
+    elif grep -qi "$2" /tmp/tw.err; then
+        tb_pass "$1" "$(tr -d '\n' </tmp/tw.err)"
+    else
+        tb_fail "$1" "wrong error: $(tr -d '\n' </tmp/tw.err)"
+    fi
+}
+
+# run_phase NAME SECS: start gups, call "on_start_NAME PID" once it is in
+# its access phase, wait for it, call "on_end_NAME", record facts.
+run_phase() {
+    p_name=$1
+    p_secs=$2
+    p_out=/tmp/gups-$p_name.out
+    rm -f "$p_out"
+    "$GUPS" -s "$REGION_MB" -H "$HOT_MB" -r 10 -t "$p_secs" -i 1000 -f 0 >"$p_out" 2>&1 &
+    p_pid=$!
+    if ! tb_wait_line "$p_out" '"gups":"start"' 120; then
+        tb_fail "$p_name-gups-started" "no start line: $(tail -n 3 "$p_out")"
+        kill "$p_pid" 2>/dev/null
+        return 1
+    fi
+    "on_start_$p_name" "$p_pid"
+    # gups ends itself after p_secs; bounded wait with slack for the queries
+    if ! tb_wait_until $((p_secs + 60)) sh -c "! kill -0 $p_pid 2>/dev/null"; then
+        kill "$p_pid" 2>/dev/null
+        tb_fail "$p_name-gups-finished" "still running after $((p_secs + 60)) s"
+    fi
+    wait "$p_pid" 2>/dev/null
+    "on_end_$p_name"
+    first=$(grep '"gups":"tick"' "$p_out" | head -n 1)
+    done_l=$(grep '"gups":"done"' "$p_out" | tail -n 1)
+    series=$(grep '"gups":"tick"' "$p_out" | sed -n 's/.*"hot_fmem_pct":\([0-9.]*\).*/\1/p' | tr '\n' ',' | sed 's/,$//')
+    acc=$(grep '"gups":"tick"' "$p_out" | sed -n 's/.*"fmem_access_pct":\([0-9.]*\).*/\1/p' | tr '\n' ',' | sed 's/,$//')
+    tb_fact "${p_name}_hot_fmem_pct_series" "[$series]"
+    tb_fact "${p_name}_fmem_access_pct_series" "[$acc]"
+    tb_fact "${p_name}_done" "${done_l:-null}"
+    tb_fact "${p_name}_initial_hot_fmem_pct" "$(json_num "$first" hot_fmem_pct | sed 's/^$/null/')"
+    echo "$p_name: first $first"
+    echo "$p_name: done $done_l"
+    [ -n "$done_l" ]
+}
+
+phase_on() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
+
+# ---- phase 1: no tiering ----
+echo 0 >/proc/sys/kernel/numa_balancing
+echo false >/sys/kernel/mm/numa/demotion_enabled 2>/dev/null
+on_start_none() { :; }
+on_end_none() { :; }
+if phase_on none; then
+    run_phase none "$BASE_S" && tb_pass none-phase-ran
+    none_first=$(grep '"gups":"tick"' /tmp/gups-none.out | head -n 1)
+    none_init=$(json_num "$none_first" hot_fmem_pct)
+    none_init=${none_init%.*}
+    # Precondition: the hot set starts out mostly in SMem (FMem filled first).
+    tb_check_le "hot-set-starts-in-smem(<50%)" "${none_init:-100}" 49
+fi
+
+# ---- phase 2: Linux tiering (NUMA balancing tiering mode + demotion) ----
+on_start_numab() {
+    echo 2 >/proc/sys/kernel/numa_balancing
+    echo true >/sys/kernel/mm/numa/demotion_enabled
+    nb_before=$(awk '/^(pgpromote_success|pgdemote_kswapd|pgdemote_direct) / { printf "%s=%s ", $1, $2 }' /proc/vmstat)
+}
+on_end_numab() {
+    echo 0 >/proc/sys/kernel/numa_balancing
+    echo false >/sys/kernel/mm/numa/demotion_enabled
+    nb_after=$(awk '/^(pgpromote_success|pgdemote_kswapd|pgdemote_direct) / { printf "%s=%s ", $1, $2 }' /proc/vmstat)
+    tb_fact_str numab_vmstat_before "$nb_before"
+    tb_fact_str numab_vmstat_after "$nb_after"
+}
+if ! phase_on numab; then
+    :
+elif [ -e /proc/sys/kernel/numa_balancing ]; then
+    run_phase numab "$RUN_S" && tb_pass numab-phase-ran
+else
+    tb_fact_str numab "no /proc/sys/kernel/numa_balancing"
+fi
+
+# ---- phase 3: ours ----
+dmesg_lines=$(dmesg | wc -l)
+tb_check insmod-tiering insmod "$KO"
+tb_check sysfs-present test -d "$SYS/targets"
+echo "sampler: $(tr '\n' ' ' <"$SYS/sampler")| pebs: $(cat "$SYS/pebs")"
+tb_fact_str pebs "$(cat "$SYS/pebs" 2>/dev/null)"
+tb_check_eq fmem-node-0 0 "$(cat "$SYS/fmem_node" 2>/dev/null)"
+tb_check_eq smem-node-1 1 "$(cat "$SYS/smem_node" 2>/dev/null)"
+
+# bad writes are refused with clear errors
+echo 1 >"$SYS/targets/nr_targets"
+try_write bad-pid-text-EINVAL "invalid argument" abc "$SYS/targets/0/pid"
+try_write bad-pid-missing-ESRCH "no such process" 999999 "$SYS/targets/0/pid"
+try_write bad-pid-kthread-EINVAL "invalid argument" 2 "$SYS/targets/0/pid"
+try_write bad-nr_targets-EINVAL "invalid argument" 100000 "$SYS/targets/nr_targets"
+try_write bad-sampler-EINVAL "invalid argument" fast "$SYS/sampler"
+try_write bad-relocated-EINVAL "invalid argument" "1 2" "$SYS/targets/0/relocated"
+try_write bad-param-EINVAL "invalid argument" 5 /sys/module/tiering/parameters/split_period_ms
+if grep -q '^pebs unavailable' "$SYS/sampler"; then
+    try_write pebs-unavailable-ENODEV "no such device" pebs "$SYS/sampler"
+fi
+tb_check_eq idle-target-pid -1 "$(cat "$SYS/targets/0/pid")"
+
+on_start_ours() {
+    slot=$("$AGENT" add "$1")
+    tb_check_eq agent-add-slot-0 0 "$slot"
+    tb_check_eq target-running running "$(cat "$SYS/targets/0/state" 2>/dev/null)"
+    cat "$SYS/stats" >/tmp/tier-stats-0
+    w0=$(stat_of /tmp/tier-stats-0 worker_cpu_ns)
+    t_ours0=$(tb_now_ms)
+    tb_bg_start AG "$AGENT" run -v
+    # diagnostics only: the classifier's state half-way through
+    (sleep $((RUN_S / 2)); cat "$SYS/targets/0/stats" "$SYS/targets/0/ranges" \
+        "$SYS/targets/0/promote" "$SYS/targets/0/demote" >/tmp/tier-mid 2>&1) &
+}
+on_end_ours() {
+    t_ours1=$(tb_now_ms)
+    "$AGENT" stats >/tmp/agent-stats.json
+    cat "$SYS/stats" >/tmp/tier-stats-1
+    cat "$SYS/targets/0/stats" >/tmp/tier-target-stats
+    w1=$(stat_of /tmp/tier-stats-1 worker_cpu_ns)
+    tb_bg_stop "$AG_PID"
+    ag=$(grep '"agent":"done"' "$AG_OUT" | tail -n 1)
+    tb_fact agent_done "${ag:-null}"
+    tb_fact agent_stats "$(cat /tmp/agent-stats.json)"
+    agcpu=$(json_num "$ag" agent_cpu_ns)
+    wall=$((t_ours1 - t_ours0))
+    kns=$((w1 - w0))
+    tb_fact ours_wall_ms "$wall"
+    tb_fact ours_worker_cpu_ns "$kns"
+    tb_fact ours_agent_cpu_ns "${agcpu:-null}"
+    tot=$((kns + ${agcpu:-0}))
+    tb_fact ours_manager_cpu_pct "$(awk -v c="$tot" -v w="$wall" 'BEGIN { printf "%.2f", w ? c / (w * 10000) : 0 }')"
+    tb_fact ours_worker_cpu_pct "$(awk -v c="$kns" -v w="$wall" 'BEGIN { printf "%.2f", w ? c / (w * 10000) : 0 }')"
+    src=$(stat_of /tmp/tier-target-stats source)
+    tb_fact_str ours_source "$src"
+    tb_fact ours_sample_rate "$(stat_of /tmp/tier-target-stats sample_rate)"
+    tb_fact ours_ranges "$(stat_of /tmp/tier-target-stats ranges)"
+    tb_fact ours_splits "$(stat_of /tmp/tier-target-stats splits)"
+    tb_fact ours_window_ms "$(stat_of /tmp/tier-target-stats window_ms)"
+    echo "--- target stats ---"
+    tb_show_tail /tmp/tier-target-stats 40 'T| '
+    echo "--- half-way: stats, ranges, promote, demote ---"
+    tb_show_tail /tmp/tier-mid 80 'M| '
+    echo "--- agent log (tail) ---"
+    tb_show_tail "$AG_OUT" 15 'A| '
+    tb_check_eq target-exited-after-workload exited "$(cat "$SYS/targets/0/state" 2>/dev/null)"
+}
+if phase_on ours; then
+run_phase ours "$RUN_S" && tb_pass ours-phase-ran
+ours_done=$(grep '"gups":"done"' /tmp/gups-ours.out | tail -n 1)
+t60=$(json_num "$ours_done" t60_ms)
+best=$(grep '"gups":"tick"' /tmp/gups-ours.out | sed -n 's/.*"hot_fmem_pct":\([0-9]*\).*/\1/p' | sort -n | tail -n 1)
+tb_fact ours_t60_ms "${t60:-null}"
+tb_check_ge "ours-hot-set-reached-${MIN_PCT}pct-in-fmem" "${best:-0}" "$MIN_PCT"
+fin=$(json_num "$ours_done" hot_fmem_pct)
+tb_check_ge "ours-final-hot-set-${MIN_PCT}pct-in-fmem" "${fin%.*}" "$MIN_PCT"
+fi
+
+# ---- phase 4: unload while a target and the agent are running ----
+if phase_on unload; then
+"$GUPS" -s 96 -H 16 -t 60 -i 1000 >/tmp/gups-unload.out 2>&1 &
+u_pid=$!
+tb_wait_line /tmp/gups-unload.out '"gups":"start"' 30
+u_slot=$("$AGENT" add "$u_pid")
+tb_check_eq unload-target-reuses-exited-slot 0 "$u_slot"
+tb_bg_start AU "$AGENT" run
+if tb_wait_until 20 sh -c "[ \$(awk '\$1 == \"epoch\" { print \$2 }' $SYS/targets/$u_slot/stats) -ge 3 ]"; then
+    tb_pass unload-target-active "$(awk '$1 == "epoch" || $1 == "samples" { printf "%s=%s ", $1, $2 }' "$SYS/targets/$u_slot/stats")"
+else
+    tb_fail unload-target-active "no 3 epochs in 20 s"
+fi
+tb_check rmmod-while-running rmmod tiering
+tb_check workload-survives-unload kill -0 "$u_pid"
+if tb_wait_until 10 sh -c "! kill -0 $AU_PID 2>/dev/null"; then
+    tb_pass agent-exits-after-unload
+else
+    tb_fail agent-exits-after-unload "still running 10 s after rmmod"
+fi
+tb_bg_stop "$AU_PID"
+kill "$u_pid" 2>/dev/null
+wait "$u_pid" 2>/dev/null
+fi
+# kernel messages since the module was loaded
+dmesg | tail -n +$((dmesg_lines + 1)) >/tmp/dmesg-new
+if grep -qE 'BUG:|Oops|WARNING:|general protection|refcount_t|list_(add|del) corruption' /tmp/dmesg-new; then
+    tb_fail no-kernel-warnings "$(grep -E 'BUG:|Oops|WARNING:|general protection|refcount_t|corruption' /tmp/dmesg-new | head -n 2 | tr '\n' '|')"
+else
+    tb_pass no-kernel-warnings
+fi
+dmesg | grep -i tiering | tail -n 3 | sed 's/^/K| /'
+
+tb_report
+tb_l2_handshake "${TB_ACK_TIMEOUT:-30}"
+exit "$TB_RC"
