@@ -26,3 +26,19 @@ size_t reloc_batch(size_t want, size_t demoted_ok, size_t *headroom_left)
 	*headroom_left -= extra;
 	return n;
 }
+
+size_t reloc_worthwhile(const double *pd, size_t np, const double *dd,
+			size_t nd, size_t headroom, unsigned long alpha_pct)
+{
+	size_t i;
+
+	for (i = 0; i < np; i++) {
+		if (i < headroom)
+			continue;
+		if (i - headroom >= nd)
+			break;
+		if (pd[i] * 100.0 <= (double)alpha_pct * dd[i - headroom])
+			break;
+	}
+	return i;
+}

@@ -33,4 +33,16 @@ void reloc_plan(size_t nr_promo, size_t nr_demo, size_t headroom,
  */
 size_t reloc_batch(size_t want, size_t demoted_ok, size_t *headroom_left);
 
+/*
+ * reloc_worthwhile() - how many of the first @np promotions are worth it.
+ * @pd:		densities of the promotion pages' ranges (non-increasing).
+ * @dd:		densities of the demotion pages' ranges (non-decreasing).
+ * @nd:		demotion pages available.
+ * @headroom:	the first @headroom promotions need no partner.
+ * @alpha_pct:	promotion i >= headroom needs pd[i] * 100 > alpha_pct *
+ *		dd[i - headroom]; the first pair that fails ends the list.
+ */
+size_t reloc_worthwhile(const double *pd, size_t np, const double *dd,
+			size_t nd, size_t headroom, unsigned long alpha_pct);
+
 #endif /* _AGENT_RELOC_H */

@@ -4,7 +4,7 @@
  *
  *   tiering-agent add PID            put PID under management (prints slot)
  *   tiering-agent del PID            stop managing PID
- *   tiering-agent run [-p MS] [-d S] [-b PAGES] [-m PAGES] [-r MB] [-v]
+ *   tiering-agent run [-p MS] [-d S] [-b PAGES] [-m PAGES] [-r MB] [-a PCT] [-v]
  *                                    relocation daemon (see below)
  *   tiering-agent stats              one JSON line: manager + per target
  *
@@ -41,18 +41,21 @@
 
 struct iv {
 	unsigned long start, end;
+	double density;		/* accesses per page (decayed count) */
 };
 
 struct pagelist {
 	void **v;
+	double *dens;		/* density of the page's range */
 	size_t n, cap;
 };
 
 static volatile int stop;
 
 static unsigned long opt_period_ms = 500, opt_duration_s;
-static size_t opt_batch = 512, opt_max_moves = 16384, opt_scan_cap = 262144;
-static unsigned long opt_reserve_mb = 24;
+static size_t opt_batch = 512, opt_max_moves = 8192, opt_scan_cap = 262144;
+static unsigned long opt_reserve_mb = 8;
+static unsigned long opt_alpha_pct;	/* 0: the module's significance_pct */
 static int opt_verbose;
 
 static uint64_t now_ms(void)
@@ -210,6 +213,8 @@ static int read_list(int i, const char *name, struct iv *iv, int max,
 
 		iv[n].start = strtoul(p, &e, 16);
 		iv[n].end = strtoul(e, &e, 16);
+		iv[n].density = (double)strtoull(e, &e, 10) * PAGE /
+				(double)(iv[n].end - iv[n].start + 1);
 		if (iv[n].end > iv[n].start)
 			n++;
 		p = strchr(e, '\n');
@@ -245,69 +250,170 @@ static int read_vmas(long pid, struct iv *v, int max)
 	return n;
 }
 
-static int pl_push(struct pagelist *l, void *p)
+static int pl_push(struct pagelist *l, void *p, double dens)
 {
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? l->cap * 2 : 4096;
 		void **nv = realloc(l->v, cap * sizeof(*nv));
+		double *nd;
 
 		if (!nv)
 			return -1;
 		l->v = nv;
+		nd = realloc(l->dens, cap * sizeof(*nd));
+		if (!nd)
+			return -1;
+		l->dens = nd;
 		l->cap = cap;
 	}
-	l->v[l->n++] = p;
+	l->v[l->n] = p;
+	l->dens[l->n++] = dens;
 	return 0;
 }
 
 /*
- * Collect into @out the pages of @iv (in list order) that are mapped and
- * currently on @want_node, until @limit pages or the scan budget.
+ * A resumable walk over the pages of a list of intervals (in list order)
+ * intersected with the target's writable private mappings, returning the
+ * pages that sit on @want_node, queried QCHUNK at a time with
+ * move_pages(2) (status only).  Intervals found to hold no such page are
+ * remembered (struct skipcache) and not re-queried for a few rounds.
  */
-static void collect(long pid, const struct iv *iv, int niv,
-		    const struct iv *vma, int nvma, int want_node,
-		    size_t limit, size_t *budget, struct pagelist *out)
-{
+struct walker {
+	long pid;
+	const struct iv *iv;
+	int niv, i;
+	const struct iv *vma;
+	int nvma, j;
+	unsigned long pos;	/* next address inside iv[i] & vma[j] */
+	int started;
+	int want_node;
+	size_t *budget;
+	size_t found_in_iv;	/* want_node pages seen in iv[i] so far */
+	struct skipcache *skip;
+	/* current chunk */
 	void *q[QCHUNK];
 	int st[QCHUNK];
-	int i, j;
+	unsigned long nq, k;
+};
 
-	for (i = 0; i < niv && out->n < limit && *budget; i++) {
-		for (j = 0; j < nvma && out->n < limit && *budget; j++) {
-			unsigned long s = iv[i].start > vma[j].start ?
-					  iv[i].start : vma[j].start;
-			unsigned long e = iv[i].end < vma[j].end ?
-					  iv[i].end : vma[j].end;
+#define SKIP_SLOTS	512
+#define SKIP_ROUNDS	16
 
-			while (s < e && out->n < limit && *budget) {
-				unsigned long k, n = 0;
+struct skipcache {
+	struct { unsigned long start, end; unsigned long long round; } e[SKIP_SLOTS];
+	unsigned long long round;
+};
 
-				while (n < QCHUNK && s < e && n < *budget) {
-					q[n++] = (void *)s;
-					s += PAGE;
-				}
-				*budget -= n;
-				if (syscall(SYS_move_pages, pid, n, q, NULL,
-					    st, 0))
-					return;
-				for (k = 0; k < n && out->n < limit; k++)
-					if (st[k] == want_node)
-						pl_push(out, q[k]);
+static int skip_has(struct skipcache *c, const struct iv *v)
+{
+	unsigned int h = (unsigned int)((v->start >> 21) ^ (v->end >> 21)) % SKIP_SLOTS;
+
+	return c->e[h].start == v->start && c->e[h].end == v->end &&
+	       c->round - c->e[h].round < SKIP_ROUNDS;
+}
+
+static void skip_put(struct skipcache *c, const struct iv *v)
+{
+	unsigned int h = (unsigned int)((v->start >> 21) ^ (v->end >> 21)) % SKIP_SLOTS;
+
+	c->e[h].start = v->start;
+	c->e[h].end = v->end;
+	c->e[h].round = c->round;
+}
+
+/* Next page on want_node; returns 0 when exhausted. */
+static int walk_next(struct walker *w, void **page, double *dens)
+{
+	for (;;) {
+		while (w->k < w->nq) {
+			unsigned long k = w->k++;
+
+			if (w->st[k] == w->want_node) {
+				w->found_in_iv++;
+				*page = w->q[k];
+				*dens = w->iv[w->i].density;
+				return 1;
 			}
 		}
+		/* refill from the current interval x vma */
+		if (w->i >= w->niv || !*w->budget)
+			return 0;
+		if (!w->started) {
+			w->started = 1;
+			w->j = 0;
+			w->pos = 0;
+			w->found_in_iv = 0;
+			if (w->skip && skip_has(w->skip, &w->iv[w->i])) {
+				w->i++;
+				w->started = 0;
+				continue;
+			}
+		}
+		w->nq = 0;
+		w->k = 0;
+		while (w->j < w->nvma && w->nq < QCHUNK && *w->budget) {
+			unsigned long s = w->iv[w->i].start > w->vma[w->j].start ?
+					  w->iv[w->i].start : w->vma[w->j].start;
+			unsigned long e = w->iv[w->i].end < w->vma[w->j].end ?
+					  w->iv[w->i].end : w->vma[w->j].end;
+
+			if (w->pos < s)
+				w->pos = s;
+			if (w->pos >= e) {
+				w->j++;
+				w->pos = 0;
+				continue;
+			}
+			w->q[w->nq++] = (void *)w->pos;
+			w->pos += PAGE;
+			(*w->budget)--;
+		}
+		if (w->nq) {
+			if (syscall(SYS_move_pages, w->pid, w->nq, w->q, NULL,
+				    w->st, 0)) {
+				w->nq = 0;
+				return 0;
+			}
+			continue;
+		}
+		/* interval done */
+		if (w->skip && !w->found_in_iv)
+			skip_put(w->skip, &w->iv[w->i]);
+		w->i++;
+		w->started = 0;
 	}
 }
 
+/* Usable free pages of a node: per zone (not DMA) free minus high mark. */
 static long node_free_pages(int node)
 {
-	char path[96], buf[4096], *p;
+	char line[256], zone[32];
+	long free = -1, total = 0;
+	int in = 0, n;
+	FILE *f = fopen("/proc/zoneinfo", "r");
 
-	snprintf(path, sizeof(path), "/sys/devices/system/node/node%d/meminfo",
-		 node);
-	if (read_file(path, buf, sizeof(buf)) <= 0)
+	if (!f)
 		return 0;
-	p = strstr(buf, "MemFree:");
-	return p ? strtol(p + 8, NULL, 10) / 4 : 0;
+	while (fgets(line, sizeof(line), f)) {
+		long v;
+
+		if (sscanf(line, "Node %d, zone %31s", &n, zone) == 2) {
+			in = n == node && strcmp(zone, "DMA");
+			free = -1;
+			continue;
+		}
+		if (!in)
+			continue;
+		if (sscanf(line, " pages free %ld", &v) == 1)
+			free = v;
+		else if (free >= 0 && sscanf(line, " high %ld", &v) == 1) {
+			if (free > v)
+				total += free - v;
+			free = -1;
+		}
+	}
+	fclose(f);
+	return total;
 }
 
 /* Move pages; returns how many ended on @node. */
@@ -338,52 +444,96 @@ static size_t move_to(long pid, void **pages, size_t n, int node,
 }
 
 struct agent_stats {
-	unsigned long long rounds, promoted, demoted, failed;
+	unsigned long long rounds, promoted, demoted, failed, queried;
 };
 
-static void round_one(int ti, int fmem, int smem, long long *last_epoch,
+struct target_state {
+	long long last_epoch;
+	struct skipcache promo_skip, demo_skip;
+};
+
+/*
+ * One relocation round for target slot @ti:
+ *  1. walk the promote intervals hottest first for pages in SMem; the
+ *     first @headroom of them need no partner; every further one needs a
+ *     demotion partner, pulled on demand from the demote intervals
+ *     (coldest first, pages in FMem), and is taken only if its range is
+ *     alpha times denser than the partner's (reloc_worthwhile rule); the
+ *     first failure ends the walk, so only worthwhile pages are queried;
+ *  2. move in batches: demote a batch first, then promote as many as
+ *     left FMem plus what the headroom allows (reloc_batch).
+ */
+static void round_one(int ti, int fmem, int smem, struct target_state *ts,
 		      struct agent_stats *as)
 {
 	static struct iv promo_iv[MAX_IV], demo_iv[MAX_IV], vma[MAX_VMAS];
 	struct pagelist pro = { 0 }, dem = { 0 };
-	size_t budget = opt_scan_cap, np, nd, i, hl, failed = 0;
+	size_t budget = opt_scan_cap, np, nd, i, hl, hl0, failed = 0;
 	size_t promoted = 0, demoted = 0;
 	long long ep, ep2;
 	long pid = target_pid(ti), freep, reserve;
 	int npi, ndi, nv;
 	char path[128], val[96];
+	unsigned long alpha_pct = opt_alpha_pct ? opt_alpha_pct :
+		(unsigned long)read_long("/sys/module/tiering/parameters/significance_pct", 200);
+	struct walker *pw, *dw;
+	void *pg;
+	double d;
 
 	if (pid <= 0)
 		return;
 	npi = read_list(ti, "promote", promo_iv, MAX_IV, &ep);
 	ndi = read_list(ti, "demote", demo_iv, MAX_IV, &ep2);
-	if (npi <= 0 || ndi < 0 || ep == *last_epoch)
+	if (npi <= 0 || ndi < 0 || ep == ts->last_epoch)
 		return;
-	*last_epoch = ep;
+	ts->last_epoch = ep;
 	nv = read_vmas(pid, vma, MAX_VMAS);
 	if (nv <= 0)
 		return;
+	pw = calloc(1, sizeof(*pw));
+	dw = calloc(1, sizeof(*dw));
+	if (!pw || !dw)
+		goto out;
+	ts->promo_skip.round++;
+	ts->demo_skip.round++;
+	*pw = (struct walker) { .pid = pid, .iv = promo_iv, .niv = npi,
+		.vma = vma, .nvma = nv, .want_node = smem, .budget = &budget,
+		.skip = &ts->promo_skip };
+	*dw = (struct walker) { .pid = pid, .iv = demo_iv, .niv = ndi,
+		.vma = vma, .nvma = nv, .want_node = fmem, .budget = &budget,
+		.skip = &ts->demo_skip };
 
-	collect(pid, promo_iv, npi, vma, nv, smem, opt_max_moves, &budget,
-		&pro);
 	freep = node_free_pages(fmem);
 	reserve = (long)(opt_reserve_mb << 20) / (long)PAGE;
-	hl = freep > reserve ? (size_t)(freep - reserve) : 0;
-	reloc_plan(pro.n, SIZE_MAX / 2, hl, opt_max_moves, &np, &nd);
-	if (nd)
-		collect(pid, demo_iv, ndi, vma, nv, fmem, nd, &budget, &dem);
+	hl0 = hl = freep > reserve ? (size_t)(freep - reserve) : 0;
+	while (pro.n < opt_max_moves && walk_next(pw, &pg, &d)) {
+		if (pro.n >= hl) {
+			size_t j = pro.n - hl;
+			void *dp;
+			double dd;
+
+			while (dem.n <= j && walk_next(dw, &dp, &dd))
+				pl_push(&dem, dp, dd);
+			if (dem.n <= j)
+				break;
+			if (d * 100.0 <= (double)alpha_pct * dem.dens[j])
+				break;
+		}
+		pl_push(&pro, pg, d);
+	}
+	as->queried += opt_scan_cap - budget;
 	reloc_plan(pro.n, dem.n, hl, opt_max_moves, &np, &nd);
 
 	for (i = 0; i < np;) {
 		size_t want = np - i < opt_batch ? np - i : opt_batch;
-		size_t d = 0, p, dn = 0;
+		size_t dn = 0, got = 0, p;
 
 		if (demoted < nd) {
 			dn = nd - demoted < want ? nd - demoted : want;
-			d = move_to(pid, dem.v + demoted, dn, smem, &failed);
+			got = move_to(pid, dem.v + demoted, dn, smem, &failed);
 			demoted += dn;
 		}
-		p = reloc_batch(want, d, &hl);
+		p = reloc_batch(want, got, &hl);
 		if (!p)
 			break;
 		promoted += move_to(pid, pro.v + i, p, fmem, &failed);
@@ -398,15 +548,19 @@ static void round_one(int ti, int fmem, int smem, long long *last_epoch,
 	snprintf(path, sizeof(path), SYSFS "/targets/%d/relocated", ti);
 	snprintf(val, sizeof(val), "%zu %zu %zu", promoted, demoted, failed);
 	write_file(path, val);
-	if (opt_verbose)
+	if (opt_verbose && (np || nd))
 		fprintf(stderr, "agent: target %d pid %ld epoch %lld: "
-			"candidates promo %zu demo %zu headroom %ld -> "
-			"promoted %zu demoted %zu failed %zu\n",
-			ti, pid, ep, pro.n, dem.n,
-			freep > reserve ? freep - reserve : 0, promoted,
-			demoted, failed);
+			"promo %zu (partners %zu, headroom %zu) -> "
+			"promoted %zu demoted %zu failed %zu, queried %zu\n",
+			ti, pid, ep, pro.n, dem.n, hl0, promoted, demoted,
+			failed, opt_scan_cap - budget);
+out:
+	free(pw);
+	free(dw);
 	free(pro.v);
+	free(pro.dens);
 	free(dem.v);
+	free(dem.dens);
 }
 
 static unsigned long long self_cpu_ns(void)
@@ -426,7 +580,7 @@ static void on_term(int sig)
 
 static int cmd_run(void)
 {
-	long long last_epoch[MAX_TARGETS];
+	static struct target_state tstate[MAX_TARGETS];
 	struct agent_stats as = { 0 };
 	uint64_t t0 = now_ms(), next;
 	int fmem = (int)read_long(SYSFS "/fmem_node", -1);
@@ -439,7 +593,7 @@ static int cmd_run(void)
 		return 1;
 	}
 	for (i = 0; i < MAX_TARGETS; i++)
-		last_epoch[i] = -1;
+		tstate[i].last_epoch = -1;
 	signal(SIGTERM, on_term);
 	signal(SIGINT, on_term);
 	next = t0;
@@ -452,7 +606,7 @@ static int cmd_run(void)
 			break;	/* module unloaded */
 		for (i = 0; i < n && i < MAX_TARGETS && !stop; i++)
 			if (target_running(i))
-				round_one(i, fmem, smem, &last_epoch[i], &as);
+				round_one(i, fmem, smem, &tstate[i], &as);
 		now = now_ms();
 		if (opt_duration_s && now - t0 >= opt_duration_s * 1000)
 			break;
@@ -464,9 +618,10 @@ static int cmd_run(void)
 		nanosleep(&ts, NULL);
 	}
 	printf("{\"agent\":\"done\",\"rounds\":%llu,\"promoted\":%llu,"
-	       "\"demoted\":%llu,\"failed\":%llu,\"agent_cpu_ns\":%llu,"
-	       "\"wall_ms\":%llu}\n", as.rounds, as.promoted, as.demoted,
-	       as.failed, self_cpu_ns(), (unsigned long long)(now_ms() - t0));
+	       "\"demoted\":%llu,\"failed\":%llu,\"queried\":%llu,"
+	       "\"agent_cpu_ns\":%llu,\"wall_ms\":%llu}\n", as.rounds,
+	       as.promoted, as.demoted, as.failed, as.queried, self_cpu_ns(),
+	       (unsigned long long)(now_ms() - t0));
 	return 0;
 }
 
@@ -556,7 +711,7 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: tiering-agent add PID | del PID | stats |\n"
 		"       run [-p EPOCH_MS] [-d SECONDS] [-b BATCH_PAGES] "
-		"[-m MAX_PAGES_PER_ROUND] [-r RESERVE_MB] [-v]\n");
+		"[-m MAX_PAGES_PER_ROUND] [-r RESERVE_MB] [-a ALPHA_PCT] [-v]\n");
 	exit(2);
 }
 
@@ -587,13 +742,14 @@ int main(int argc, char **argv)
 	if (strcmp(argv[1], "run"))
 		usage();
 	optind = 2;
-	while ((c = getopt(argc, argv, "p:d:b:m:r:v")) != -1) {
+	while ((c = getopt(argc, argv, "p:d:b:m:r:a:v")) != -1) {
 		switch (c) {
 		case 'p': opt_period_ms = arg_ul(optarg, 10, 600000); break;
 		case 'd': opt_duration_s = arg_ul(optarg, 1, 86400 * 365); break;
 		case 'b': opt_batch = arg_ul(optarg, 1, 1 << 20); break;
 		case 'm': opt_max_moves = arg_ul(optarg, 1, 1 << 24); break;
 		case 'r': opt_reserve_mb = arg_ul(optarg, 0, 1 << 20); break;
+		case 'a': opt_alpha_pct = arg_ul(optarg, 100, 100000); break;
 		case 'v': opt_verbose = 1; break;
 		default: usage();
 		}

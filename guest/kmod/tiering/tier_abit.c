@@ -139,17 +139,31 @@ u64 tier_abit_pass(struct tier_target *t, struct mm_struct *mm, bool record,
 	u32 i;
 
 	for (i = 0; i < c->nr; i++) {
-		unsigned long addr = c->ranges[i].start;
+		unsigned long start = c->ranges[i].start;
 		unsigned long end = c->ranges[i].end;
-		u64 young = 0;
+		/* where a split would cut (see hrc_halves_differ) */
+		unsigned long mid = start + (((end - start) / 2) &
+					     ~(c->p.granularity - 1));
+		unsigned long addr = start;
+		u64 young[2] = { 0, 0 };
 
+		/*
+		 * Young pages are recorded per half (at the range's start and
+		 * at its midpoint): one hrc_record_n() per half instead of one
+		 * per page, and the classifier still sees how they spread.
+		 */
 		while (addr < end) {
-			addr = tier_abit_chunk(mm, addr, end, &young, &pres);
+			unsigned long stop = addr < mid ? mid : end;
+
+			addr = tier_abit_chunk(mm, addr, stop,
+					       &young[addr >= mid], &pres);
 			cond_resched();
 		}
-		if (record && young)
-			hrc_record_n(c, c->ranges[i].start, young);
-		total += young;
+		if (record && young[0])
+			hrc_record_n(c, start, young[0]);
+		if (record && young[1])
+			hrc_record_n(c, mid, young[1]);
+		total += young[0] + young[1];
 	}
 	*present = pres;
 	return total;

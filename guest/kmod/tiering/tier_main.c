@@ -45,7 +45,7 @@ static unsigned int split_thresh = HRC_DEF_SPLIT_THRESH;
 static unsigned int significance_pct = HRC_DEF_SIGNIFICANCE_PCT;
 static unsigned int merge_epochs = HRC_DEF_MERGE_EPOCHS;
 static unsigned int max_ranges = HRC_DEF_MAX_RANGES;
-static unsigned int scan_interval_ms = 200;
+static unsigned int scan_interval_ms = 500;
 static unsigned int abit_min_window_ms = 5;
 static unsigned int abit_young_lo_pct = 2;
 static unsigned int abit_young_hi_pct = 15;
@@ -591,18 +591,27 @@ static ssize_t ranges_show(struct kobject *k, struct kobj_attribute *a,
 	return len;
 }
 
+/*
+ * "epoch N" then one "start end nr_access" line per interval (hex, hex,
+ * decimal): promote hottest first, demote coldest first.  The counts are
+ * those of the ranges now; the lists were selected at the end of the same
+ * epoch, and ranges only change at epoch ends, under tier_lock.
+ */
 static ssize_t tier_show_list(struct tier_target *t, char *buf, bool promo)
 {
 	const struct hrc_interval *iv = promo ? t->promo : t->demo;
-	int len;
+	int len, k;
 	u32 i, n;
 
 	mutex_lock(&tier_lock);
 	n = promo ? t->nr_promo : t->nr_demo;
 	len = sysfs_emit(buf, "epoch %llu\n", t->sel_epoch);
-	for (i = 0; i < n && len < PAGE_SIZE - 40; i++)
-		len += sysfs_emit_at(buf, len, "%llx %llx\n", iv[i].start,
-				     iv[i].end);
+	for (i = 0; i < n && len < PAGE_SIZE - 64; i++) {
+		k = t->ranges ? hrc_find(&t->hrc, iv[i].start) : -1;
+		len += sysfs_emit_at(buf, len, "%llx %llx %llu\n", iv[i].start,
+				     iv[i].end,
+				     k >= 0 ? t->hrc.ranges[k].nr_access : 0);
+	}
 	mutex_unlock(&tier_lock);
 	return len;
 }

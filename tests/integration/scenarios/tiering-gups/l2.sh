@@ -195,7 +195,7 @@ on_end_ours() {
     echo "--- target stats ---"
     tb_show_tail /tmp/tier-target-stats 40 'T| '
     echo "--- half-way: stats, ranges, promote, demote ---"
-    tb_show_tail /tmp/tier-mid 80 'M| '
+    tb_show_tail /tmp/tier-mid 400 'M| '
     echo "--- agent log (tail) ---"
     tb_show_tail "$AG_OUT" 15 'A| '
     tb_check_eq target-exited-after-workload exited "$(cat "$SYS/targets/0/state" 2>/dev/null)"
