@@ -449,6 +449,7 @@ struct agent_stats {
 
 struct target_state {
 	long long last_epoch;
+	unsigned int backoff;	/* epochs between rounds (1..8) */
 	struct skipcache promo_skip, demo_skip;
 };
 
@@ -485,6 +486,9 @@ static void round_one(int ti, int fmem, int smem, struct target_state *ts,
 	npi = read_list(ti, "promote", promo_iv, MAX_IV, &ep);
 	ndi = read_list(ti, "demote", demo_iv, MAX_IV, &ep2);
 	if (npi <= 0 || ndi < 0 || ep == ts->last_epoch)
+		return;
+	/* after a round that moved nothing, wait longer (up to 8 epochs) */
+	if (ts->last_epoch >= 0 && ep < ts->last_epoch + (long long)ts->backoff)
 		return;
 	ts->last_epoch = ep;
 	nv = read_vmas(pid, vma, MAX_VMAS);
@@ -541,6 +545,10 @@ static void round_one(int ti, int fmem, int smem, struct target_state *ts,
 		if (stop)
 			break;
 	}
+	if (promoted || demoted)
+		ts->backoff = 1;
+	else if (ts->backoff < 8)
+		ts->backoff *= 2;
 	as->rounds++;
 	as->promoted += promoted;
 	as->demoted += demoted;
@@ -592,8 +600,10 @@ static int cmd_run(void)
 			"(module says %d/%d)\n", fmem, smem);
 		return 1;
 	}
-	for (i = 0; i < MAX_TARGETS; i++)
+	for (i = 0; i < MAX_TARGETS; i++) {
 		tstate[i].last_epoch = -1;
+		tstate[i].backoff = 1;
+	}
 	signal(SIGTERM, on_term);
 	signal(SIGINT, on_term);
 	next = t0;

@@ -39,6 +39,8 @@ int main(int argc, char **argv)
 		  &fail);
 	run_table(hrc_half_split_tests, hrc_nr_half_split_tests, filter,
 		  &pass, &fail);
+	run_table(hrc_sample_tests, hrc_nr_sample_tests, filter, &pass,
+		  &fail);
 	run_table(hrc_random_tests, hrc_nr_random_tests, filter, &pass,
 		  &fail);
 	printf("%u passed, %u failed\n", pass, fail);

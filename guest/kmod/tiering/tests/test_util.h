@@ -65,6 +65,8 @@ extern const struct hrc_test hrc_dynamics_tests[];
 extern const unsigned int hrc_nr_dynamics_tests;
 extern const struct hrc_test hrc_half_split_tests[];
 extern const unsigned int hrc_nr_half_split_tests;
+extern const struct hrc_test hrc_sample_tests[];
+extern const unsigned int hrc_nr_sample_tests;
 extern const struct hrc_test hrc_random_tests[];
 extern const unsigned int hrc_nr_random_tests;
 
