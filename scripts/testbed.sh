@@ -36,7 +36,7 @@ kvm_intel/kvm_amd loaded):
 Options:
   --list                list scenarios
   --all                 run every scenario (that has an l1.sh; l2.sh with
-                        --l2-in-qemu), in one L1 boot
+                        --l2-in-qemu) but the bench-* ones, in one L1 boot
   --timeout SECS        per-scenario timeout (default: scenario's 'timeout'
                         file, else 300)
   --overall-timeout S   bound for the whole run (default 300 + 2 x sum of
@@ -111,6 +111,7 @@ while (($#)); do
 done
 if ((ALL)); then
     for s in $(tb_all_scenarios); do
+        [[ $s == bench-* ]] && continue # benchmarks run through scripts/bench.sh
         if [[ $MODE == l2-in-qemu ]]; then
             [[ -f $TB_ITEST/scenarios/$s/l2.sh ]] && SCENARIOS+=("$s")
         else

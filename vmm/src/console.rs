@@ -59,6 +59,32 @@ impl Drop for RawTerminal {
     }
 }
 
+/// How often the UART watchdog looks for interrupts the guest missed.
+const SERIAL_WATCHDOG_PERIOD: Duration = Duration::from_millis(250);
+
+/// Starts the UART watchdog (see [`SerialDevice::watchdog_tick`]). The
+/// thread ends when the VM drops its UART.
+pub fn spawn_serial_watchdog(serial: &Arc<Mutex<SerialDevice>>) {
+    let serial = Arc::downgrade(serial);
+    let spawned = std::thread::Builder::new()
+        .name("serial-watchdog".into())
+        .spawn(move || loop {
+            // A periodic tick, not a wait for an event: the condition it
+            // looks for is the absence of one.
+            std::thread::sleep(SERIAL_WATCHDOG_PERIOD);
+            let Some(serial) = serial.upgrade() else {
+                return;
+            };
+            serial
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .watchdog_tick();
+        });
+    if let Err(e) = spawned {
+        log::warn!("serial watchdog disabled: {e}");
+    }
+}
+
 /// Copies stdin to the guest's UART until stdin ends. The thread is
 /// detached: it blocks in read(2) and dies with the process.
 pub fn spawn_stdin_forwarder(serial: Arc<Mutex<SerialDevice>>) {

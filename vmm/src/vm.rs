@@ -145,6 +145,7 @@ impl Vm {
         let serial = match serial_output(config)? {
             Some(out) => {
                 let dev = Arc::new(Mutex::new(SerialDevice::new(irq(layout::COM1_IRQ)?, out)));
+                crate::console::spawn_serial_watchdog(&dev);
                 io_bus
                     .insert(dev.clone(), u64::from(layout::COM1_PORT), 8)
                     .map_err(dev_err)?;

@@ -161,8 +161,12 @@ if boot_vm demeter \
     # (a) SMem, then (b) FMem: guest node free memory and host RSS.
     for t in smem fmem; do
         if [ $t = smem ]; then node=1 f=0 s=256; else node=0 f=256 s=0; fi
-        tb_vmm_send "touch $node:768"
-        tb_vmm_wait_line "@@BAL TOUCHED $node:768" 90 || tb_fail "$t-touch" "guest did not touch node $node"
+        # Make (nearly) all of the node's free memory host-resident first,
+        # so that the pages the balloon takes have RSS to give back.
+        gm "${t}pre"
+        if [ $node = 0 ]; then mib=$((N0 / 1024 - 128)); else mib=$((N1 / 1024 - 128)); fi
+        tb_vmm_send "touch $node:$mib"
+        tb_vmm_wait_line "@@BAL TOUCHED $node:$mib" 120 || tb_fail "$t-touch" "guest did not touch node $node"
         gm "${t}0"
         a0=$N0 b0=$N1 r0=$(rss_kb)
         resize_to "$t-inflate-256MiB" $f $s 180
