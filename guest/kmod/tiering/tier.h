@@ -39,6 +39,7 @@ struct tier_target {
 	u32 idx;
 
 	/* Everything below is protected by tier_lock. */
+	bool removed;		/* slot detached (nr_targets shrank / unload) */
 	enum tier_state state;
 	enum tier_source source;
 	enum tier_source last_source;	/* kept after the target exits */

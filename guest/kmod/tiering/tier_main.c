@@ -144,6 +144,7 @@ static struct tier_target *tier_targets[TIER_MAX_TARGETS];
 static u32 tier_nr_targets;
 static struct task_struct *tier_worker;
 static bool tier_kick;
+static bool tier_exiting;	/* module unload in progress */
 static int tier_fmem_node = NUMA_NO_NODE, tier_smem_node = NUMA_NO_NODE;
 static bool tier_pebs_ok;
 static char tier_pebs_why[96];
@@ -505,7 +506,10 @@ static ssize_t pid_store(struct kobject *k, struct kobj_attribute *a,
 	if (nr < 0)
 		return -EINVAL;
 	mutex_lock(&tier_lock);
-	ret = tier_target_start(t, nr);
+	if (t->removed || tier_exiting)
+		ret = -ENODEV;	/* the slot is going away */
+	else
+		ret = tier_target_start(t, nr);
 	mutex_unlock(&tier_lock);
 	return ret ? ret : count;
 }
@@ -715,6 +719,10 @@ static ssize_t nr_targets_store(struct kobject *k, struct kobj_attribute *a,
 	if (kstrtou32(buf, 0, &n) || n > TIER_MAX_TARGETS)
 		return -EINVAL;
 	mutex_lock(&tier_lock);
+	if (tier_exiting) {
+		mutex_unlock(&tier_lock);
+		return -ENODEV;
+	}
 	while (tier_nr_targets < n) {
 		struct tier_target *t = kzalloc(sizeof(*t), GFP_KERNEL);
 
@@ -737,6 +745,7 @@ static ssize_t nr_targets_store(struct kobject *k, struct kobj_attribute *a,
 
 		if (t->state != TIER_ST_IDLE)
 			tier_target_stop(t, TIER_ST_IDLE);
+		t->removed = true;
 		tier_targets[tier_nr_targets] = NULL;
 		gone[nr_gone++] = t;
 	}
@@ -895,6 +904,8 @@ static int __init tier_init(void)
 		tier_worker = NULL;
 		goto err_targets;
 	}
+	/* pinned: stats readers may look at it until unload clears it */
+	get_task_struct(tier_worker);
 	pr_info("fmem node %d, smem node %d; PEBS %s (%s); sampler %s\n",
 		tier_fmem_node, tier_smem_node,
 		tier_pebs_ok ? "available" : "unavailable", tier_pebs_why,
@@ -912,13 +923,20 @@ static void __exit tier_exit(void)
 {
 	u32 i;
 
+	/* From here on no sysfs write can start a target or add a slot. */
+	mutex_lock(&tier_lock);
+	tier_exiting = true;
+	mutex_unlock(&tier_lock);
 	kthread_stop(tier_worker);
 	mutex_lock(&tier_lock);
-	for (i = 0; i < tier_nr_targets; i++)
+	put_task_struct(tier_worker);
+	tier_worker = NULL;
+	for (i = 0; i < tier_nr_targets; i++) {
+		tier_targets[i]->removed = true;
 		if (tier_targets[i]->state != TIER_ST_IDLE)
 			tier_target_stop(tier_targets[i], TIER_ST_IDLE);
+	}
 	mutex_unlock(&tier_lock);
-	/* No worker, no sysfs writer can start a target any more after: */
 	kobject_put(tier_targets_kobj);
 	for (i = 0; i < tier_nr_targets; i++)
 		kobject_put(&tier_targets[i]->kobj);
