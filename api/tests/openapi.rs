@@ -251,6 +251,10 @@ fn full_vm_config() -> VmConfig {
         console: ConsoleConfig::default_console(),
         numa: Some(vec![full_numa()]),
         balloon: Some(full_balloon()),
+        rng: RngConfig {
+            src: "/dev/hwrng".into(),
+            iommu: false,
+        },
         iommu: false,
         watchdog: false,
     }
@@ -375,6 +379,14 @@ fn cases() -> Vec<Case> {
                 vec!["tiers".into()],
             )),
             parses: parses::<VmmPingResponse>,
+        },
+        Case {
+            name: "RngConfig",
+            full: v(RngConfig {
+                src: "/dev/hwrng".into(),
+                iommu: false,
+            }),
+            parses: parses::<RngConfig>,
         },
         Case {
             name: "BalloonConfig",
@@ -506,6 +518,7 @@ fn roundtrip_by_name(name: &str, v: &Value) -> Option<Value> {
         "DeviceNode" => roundtrip::<DeviceNode>(v),
         "VmmPingResponse" => roundtrip::<VmmPingResponse>(v),
         "BalloonConfig" => roundtrip::<BalloonConfig>(v),
+        "RngConfig" => roundtrip::<RngConfig>(v),
         "BalloonStats" => roundtrip::<BalloonStatsResponse>(v),
         "BalloonTierStats" => roundtrip::<BalloonTierStats>(v),
         _ => None,

@@ -372,6 +372,24 @@ one balloon per tier, the SMem one on the memory-only NUMA node)";
     }
 }
 
+impl RngConfig {
+    /// `--rng` syntax.
+    pub const SYNTAX: &'static str =
+        "src=<entropy source path> (default src=/dev/urandom; the device is always present)";
+
+    /// Parses a `--rng` value.
+    pub fn parse(input: &str) -> Result<Self, ParseError> {
+        const O: &str = "--rng";
+        let p = parser(O, &["src", "iommu"], input)?;
+        Ok(Self {
+            src: p
+                .get("src")
+                .map_or_else(|| Self::default().src, PathBuf::from),
+            iommu: toggle(&p, O, "iommu", false)?,
+        })
+    }
+}
+
 impl ConsoleConfig {
     /// `--serial` syntax.
     pub const SERIAL_SYNTAX: &'static str = "off|null|tty|file=<path> (default null)";
@@ -438,6 +456,17 @@ mod tests {
         .unwrap();
         assert_eq!(b.size.as_array(), [2 << 30, 6 << 30]);
         assert!(b.heterogeneous_memory && b.statistics && b.deflate_on_oom);
+    }
+
+    #[test]
+    fn rng_defaults_to_urandom_and_takes_a_source() {
+        assert_eq!(
+            RngConfig::parse("").unwrap().src,
+            PathBuf::from("/dev/urandom")
+        );
+        let r = RngConfig::parse("src=/dev/hwrng").unwrap();
+        assert_eq!(r.src, PathBuf::from("/dev/hwrng"));
+        assert!(RngConfig::parse("source=/dev/hwrng").is_err());
     }
 
     #[test]

@@ -35,6 +35,9 @@ pub struct VmConfig {
     /// The (double) balloon.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub balloon: Option<crate::BalloonConfig>,
+    /// The virtio entropy device (always present, as in Cloud Hypervisor).
+    #[serde(default)]
+    pub rng: RngConfig,
     /// Accepted for schema compatibility; must be false.
     #[serde(default)]
     pub iommu: bool,
@@ -297,6 +300,26 @@ impl ConsoleConfig {
     }
 }
 
+/// The virtio entropy device (`--rng`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RngConfig {
+    /// Host file the entropy is read from.
+    pub src: PathBuf,
+    /// Accepted for schema compatibility; must be false.
+    #[serde(default)]
+    pub iommu: bool,
+}
+
+impl Default for RngConfig {
+    fn default() -> Self {
+        Self {
+            src: PathBuf::from("/dev/urandom"),
+            iommu: false,
+        }
+    }
+}
+
 impl Default for VmConfig {
     fn default() -> Self {
         Self {
@@ -307,6 +330,7 @@ impl Default for VmConfig {
             console: ConsoleConfig::default_console(),
             numa: None,
             balloon: None,
+            rng: RngConfig::default(),
             iommu: false,
             watchdog: false,
         }

@@ -53,6 +53,9 @@ impl VmConfig {
         self.validate_numa()?;
         self.validate_payload()?;
         self.validate_balloon()?;
+        if self.rng.iommu {
+            return Err(ValidationError::Unsupported("--rng iommu=on"));
+        }
         if self.iommu {
             return Err(ValidationError::Unsupported("iommu"));
         }

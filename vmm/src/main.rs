@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use vm_config::{
     BalloonConfig, ConsoleConfig, CpusConfig, MemoryConfig, MemoryZoneConfig, NumaConfig,
-    PayloadConfig, VmConfig,
+    PayloadConfig, RngConfig, VmConfig,
 };
 use vmm::{ExitStatus, Vmm};
 
@@ -38,6 +38,8 @@ struct Cli {
     memory_zone: Vec<String>,
     #[arg(long, help = NumaConfig::SYNTAX, num_args = 1.., action = clap::ArgAction::Append)]
     numa: Vec<String>,
+    #[arg(long, help = RngConfig::SYNTAX, default_value = "src=/dev/urandom")]
+    rng: String,
     #[arg(long, help = BalloonConfig::SYNTAX)]
     balloon: Option<String>,
     #[arg(long, help = ConsoleConfig::SERIAL_SYNTAX, default_value = "null")]
@@ -83,6 +85,7 @@ fn build_config(cli: &Cli) -> Result<VmConfig, String> {
         serial: ConsoleConfig::parse_serial(&cli.serial).map_err(|e| e.to_string())?,
         console: ConsoleConfig::parse_console(&cli.console).map_err(|e| e.to_string())?,
         numa: (!numa.is_empty()).then_some(numa),
+        rng: RngConfig::parse(&cli.rng).map_err(|e| e.to_string())?,
         balloon: cli
             .balloon
             .as_deref()

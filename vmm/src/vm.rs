@@ -41,6 +41,9 @@ pub enum VmError {
     /// A device could not be created or attached.
     #[error("device setup: {0}")]
     Device(String),
+    /// The configuration names something this host cannot provide.
+    #[error("{0}")]
+    Config(String),
     /// The configuration has no payload.
     #[error("no kernel to boot (give --kernel or a payload in vm.create)")]
     NoPayload,
@@ -77,6 +80,7 @@ pub struct Vm {
     vcpus: VcpuManager,
     virtio_devices: Vec<Arc<Mutex<dyn VirtioDevice>>>,
     balloon: Option<BalloonHandle>,
+    rng_metrics: Arc<devices::virtio::rng::RngMetrics>,
     serial: Option<Arc<Mutex<SerialDevice>>>,
     ged: Arc<Mutex<GedDevice>>,
     memory: MemoryManager,
@@ -203,6 +207,22 @@ impl Vm {
             )?);
             virtio_devices.push(dev);
         }
+        let rng = devices::virtio::Rng::new(&config.rng.src).map_err(|e| {
+            VmError::Config(format!(
+                "--rng: cannot open {}: {e}",
+                config.rng.src.display()
+            ))
+        })?;
+        let rng_metrics = rng.metrics();
+        let rng: Arc<Mutex<dyn VirtioDevice>> = Arc::new(Mutex::new(rng));
+        virtio_mmio.push(crate::virtio_mmio::attach(
+            &vm_fd,
+            &mut mmio_bus,
+            &mut mmio_alloc,
+            mem,
+            rng.clone(),
+        )?);
+        virtio_devices.push(rng);
 
         // Payload.
         let loaded = arch::boot::load_kernel(mem, kernel)?;
@@ -274,6 +294,7 @@ impl Vm {
             vcpus,
             virtio_devices,
             balloon,
+            rng_metrics,
             serial,
             ged,
             memory,
@@ -318,6 +339,15 @@ impl Vm {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .notify(layout::GED_EVENT_POWER_BUTTON)
+    }
+
+    /// The entropy device's counters.
+    pub fn rng_counters(&self) -> std::collections::BTreeMap<String, u64> {
+        self.rng_metrics
+            .snapshot()
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect()
     }
 
     /// The balloon's control handle, if the VM has a balloon.

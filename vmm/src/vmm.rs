@@ -265,7 +265,10 @@ impl Vmm {
                     Ok(()) => Ok(ApiResponse::Empty),
                     // A kernel that cannot be read, RAM that cannot be had: the request's fault.
                     Err(VmmError::Vm(
-                        e @ (VmError::Boot(_) | VmError::NoPayload | VmError::Memory(_)),
+                        e @ (VmError::Boot(_)
+                        | VmError::NoPayload
+                        | VmError::Memory(_)
+                        | VmError::Config(_)),
                     )) => Err(ApiError::BadRequest(e.to_string())),
                     Err(e) => Err(ApiError::Internal(e.to_string())),
                 },
@@ -345,8 +348,11 @@ impl Vmm {
             ApiRequest::VmCounters => match state {
                 Some(_) => {
                     let mut counters = api::VmCounters::new();
-                    if let Some(b) = self.vm.as_ref().and_then(Vm::balloon) {
-                        counters.insert("__balloon".into(), b.counters());
+                    if let Some(vm) = &self.vm {
+                        if let Some(b) = vm.balloon() {
+                            counters.insert("__balloon".into(), b.counters());
+                        }
+                        counters.insert("_rng".into(), vm.rng_counters());
                     }
                     Ok(ApiResponse::VmCounters(counters))
                 }
