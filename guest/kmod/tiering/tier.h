@@ -40,6 +40,7 @@ struct tier_target {
 
 	/* Everything below is protected by tier_lock. */
 	bool removed;		/* slot detached (nr_targets shrank / unload) */
+	bool auto_added;	/* picked by auto_rss_mb */
 	enum tier_state state;
 	enum tier_source source;
 	enum tier_source last_source;	/* kept after the target exits */

@@ -51,6 +51,7 @@ static unsigned int abit_young_lo_pct = 2;
 static unsigned int abit_young_hi_pct = 15;
 static unsigned int half_split = 1;
 static unsigned int fmem_capacity_mb;	/* 0 = auto */
+static unsigned int auto_rss_mb;		/* 0 = no automatic targets */
 static bool abit_tlb_flush = true;
 module_param(abit_tlb_flush, bool, 0644);
 MODULE_PARM_DESC(abit_tlb_flush, "accessed-bit source: flush TLBs after a clear pass");
@@ -92,6 +93,8 @@ TIER_UINT_PARAM(abit_young_hi_pct, abit_young_hi_pct, 1, 100,
 		"accessed-bit source: narrow the window above this young %");
 TIER_UINT_PARAM(fmem_capacity_mb, fmem_capacity_mb, 0, 1U << 30,
 		"FMem capacity for the hot set (MiB; 0 = 3/4 of the node)");
+TIER_UINT_PARAM(auto_rss_mb, auto_rss_mb, 0, 1U << 30,
+		"manage every process whose RSS reaches this (MiB; 0 = off)");
 TIER_UINT_PARAM(pebs_ldlat_ns, tier_pebs_ldlat, 1, 100000,
 		"PEBS load-latency threshold (ns)");
 TIER_UINT_PARAM(pebs_load_period, tier_pebs_load_period, 1, 1U << 30,
@@ -292,6 +295,7 @@ static int tier_target_start(struct tier_target *t, pid_t nr)
 	t->filter.ldlat = 0;	/* the PMU applies the threshold */
 
 	tier_target_clear_stats(t);
+	t->auto_added = false;
 	req = READ_ONCE(tier_sampler);
 	t->source = TIER_SRC_ABIT;
 	if (req == TIER_REQ_PEBS && !tier_pebs_ok) {
@@ -444,12 +448,19 @@ static void tier_target_tick(struct tier_target *t, u64 now, u64 *next)
 	*next = min(*next, t->next_epoch_ns);
 }
 
+static void tier_auto_scan(void);
+static u64 tier_next_auto_ns;
+
 static int tier_worker_fn(void *unused)
 {
 	while (!kthread_should_stop()) {
 		u64 now = ktime_get_ns(), next = now + NSEC_PER_SEC, end;
 		u32 i;
 
+		if (READ_ONCE(auto_rss_mb) && now >= tier_next_auto_ns) {
+			tier_auto_scan();
+			tier_next_auto_ns = now + 2 * NSEC_PER_SEC;
+		}
 		mutex_lock(&tier_lock);
 		for (i = 0; i < tier_nr_targets; i++) {
 			struct tier_target *t = tier_targets[i];
@@ -556,7 +567,7 @@ static ssize_t stats_show(struct kobject *k, struct kobj_attribute *a,
 		"splits %llu\nmerges %llu\nsplit_dropped %llu\noutside %llu\n"
 		"nr_hot %u\nhot_bytes %llu\nnr_promo %u\nnr_demo %u\n"
 		"promoted %llu\ndemoted %llu\nreloc_failed %llu\n"
-		"reloc_rounds %llu\n",
+		"reloc_rounds %llu\nauto %d\n",
 		t->state, t->state == TIER_ST_IDLE ? -1 : t->pid_nr,
 		tier_src_names[t->last_source], t->last_rate, t->nr_samples,
 		t->nr_scans, t->scan_ns, t->epoch_ns, t->window_ms,
@@ -565,7 +576,7 @@ static ssize_t stats_show(struct kobject *k, struct kobj_attribute *a,
 		t->hrc.stats.nr_split_dropped, t->hrc.stats.nr_outside,
 		t->nr_hot, t->hot_bytes, t->nr_promo, t->nr_demo,
 		t->reloc_promoted, t->reloc_demoted, t->reloc_failed,
-		t->reloc_rounds);
+		t->reloc_rounds, t->auto_added);
 	for (i = 0; i < TIER_NR_VERDICTS; i++)
 		len += sysfs_emit_at(buf, len, "pebs_%s %llu\n", vnames[i],
 				     tier_counter_read(&t->verdicts[i]));
@@ -709,6 +720,87 @@ static ssize_t nr_targets_show(struct kobject *k, struct kobj_attribute *a,
 	return sysfs_emit(buf, "%u\n", READ_ONCE(tier_nr_targets));
 }
 
+/* A new idle slot targets/<nr_targets> (tier_lock held). */
+static struct tier_target *tier_add_slot(void)
+{
+	struct tier_target *t;
+	int ret;
+
+	if (tier_nr_targets >= TIER_MAX_TARGETS)
+		return ERR_PTR(-ENOSPC);
+	t = kzalloc(sizeof(*t), GFP_KERNEL);
+	if (!t)
+		return ERR_PTR(-ENOMEM);
+	t->idx = tier_nr_targets;
+	t->pid_nr = -1;
+	ret = kobject_init_and_add(&t->kobj, &tier_target_ktype,
+				   tier_targets_kobj, "%u", t->idx);
+	if (ret) {
+		kobject_put(&t->kobj);
+		return ERR_PTR(ret);
+	}
+	tier_targets[tier_nr_targets++] = t;
+	return t;
+}
+
+#define TIER_AUTO_BATCH	16
+
+/*
+ * Automatic targets: every 2 s (worker context), processes whose RSS is at
+ * least auto_rss_mb and that are in no slot (running or exited) are put
+ * into the first idle or exited slot, or a new one.  A process stopped by
+ * hand (pid -1) is picked up again while auto_rss_mb is set.
+ */
+static void tier_auto_scan(void)
+{
+	unsigned long min_pages = (unsigned long)READ_ONCE(auto_rss_mb) <<
+				  (20 - PAGE_SHIFT);
+	pid_t cand[TIER_AUTO_BATCH];
+	struct task_struct *p;
+	int nc = 0, i;
+	u32 j;
+
+	rcu_read_lock();
+	for_each_process(p) {
+		unsigned long rss = 0;
+
+		if (p->flags & (PF_KTHREAD | PF_EXITING))
+			continue;
+		task_lock(p);
+		if (p->mm)
+			rss = get_mm_rss(p->mm);
+		task_unlock(p);
+		if (rss >= min_pages && nc < TIER_AUTO_BATCH)
+			cand[nc++] = task_tgid_nr(p);
+	}
+	rcu_read_unlock();
+
+	mutex_lock(&tier_lock);
+	for (i = 0; i < nc && !tier_exiting; i++) {
+		struct tier_target *t = NULL;
+
+		for (j = 0; j < tier_nr_targets; j++) {
+			if (tier_targets[j]->state != TIER_ST_IDLE &&
+			    tier_targets[j]->pid_nr == cand[i])
+				break;
+		}
+		if (j < tier_nr_targets)
+			continue;	/* already managed (or exited) */
+		for (j = 0; j < tier_nr_targets && !t; j++)
+			if (tier_targets[j]->state != TIER_ST_RUNNING)
+				t = tier_targets[j];
+		if (!t)
+			t = tier_add_slot();
+		if (IS_ERR(t))
+			break;
+		if (!tier_target_start(t, cand[i])) {
+			t->auto_added = true;
+			pr_info("auto target %d in slot %u\n", cand[i], t->idx);
+		}
+	}
+	mutex_unlock(&tier_lock);
+}
+
 static ssize_t nr_targets_store(struct kobject *k, struct kobj_attribute *a,
 				const char *buf, size_t count)
 {
@@ -724,21 +816,12 @@ static ssize_t nr_targets_store(struct kobject *k, struct kobj_attribute *a,
 		return -ENODEV;
 	}
 	while (tier_nr_targets < n) {
-		struct tier_target *t = kzalloc(sizeof(*t), GFP_KERNEL);
+		struct tier_target *t = tier_add_slot();
 
-		if (!t) {
-			ret = -ENOMEM;
+		if (IS_ERR(t)) {
+			ret = PTR_ERR(t);
 			break;
 		}
-		t->idx = tier_nr_targets;
-		t->pid_nr = -1;
-		ret = kobject_init_and_add(&t->kobj, &tier_target_ktype,
-					   tier_targets_kobj, "%u", t->idx);
-		if (ret) {
-			kobject_put(&t->kobj);
-			break;
-		}
-		tier_targets[tier_nr_targets++] = t;
 	}
 	while (tier_nr_targets > n) {
 		struct tier_target *t = tier_targets[--tier_nr_targets];

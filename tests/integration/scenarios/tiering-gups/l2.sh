@@ -154,6 +154,18 @@ if grep -q '^pebs unavailable' "$SYS/sampler"; then
     try_write pebs-unavailable-ENODEV "no such device" pebs "$SYS/sampler"
 fi
 tb_check_eq idle-target-pid -1 "$(cat "$SYS/targets/0/pid")"
+# a second slot for the same process is refused; shrinking nr_targets
+# stops and removes running targets
+sleep 120 &
+s_pid=$!
+tb_check_eq add-target-slot-0 0 "$("$AGENT" add "$s_pid")"
+echo 2 >"$SYS/targets/nr_targets"
+try_write same-pid-twice-EBUSY "busy" "$s_pid" "$SYS/targets/1/pid"
+tb_check shrink-nr_targets-while-running sh -c "echo 0 > $SYS/targets/nr_targets"
+tb_check slot-removed sh -c "[ ! -e $SYS/targets/0 ] && [ \$(cat $SYS/targets/nr_targets) = 0 ]"
+kill "$s_pid"
+wait "$s_pid" 2>/dev/null
+echo 1 >"$SYS/targets/nr_targets"
 
 on_start_ours() {
     slot=$("$AGENT" add "$1")
@@ -211,13 +223,30 @@ fin=$(json_num "$ours_done" hot_fmem_pct)
 tb_check_ge "ours-final-hot-set-${MIN_PCT}pct-in-fmem" "${fin%.*}" "$MIN_PCT"
 fi
 
-# ---- phase 4: unload while a target and the agent are running ----
+# ---- phase 4: an automatic target (RSS >= 64 MiB), then unload while it
+# and the agent are running ----
 if phase_on unload; then
+echo 64 >/sys/module/tiering/parameters/auto_rss_mb
 "$GUPS" -s 96 -H 16 -t 60 -i 1000 >/tmp/gups-unload.out 2>&1 &
 u_pid=$!
 tb_wait_line /tmp/gups-unload.out '"gups":"start"' 30
-u_slot=$("$AGENT" add "$u_pid")
-tb_check_eq unload-target-reuses-exited-slot 0 "$u_slot"
+# the worker looks every 2 s
+auto_slot() {
+    for d in "$SYS"/targets/[0-9]*; do
+        [ "$(cat "$d/pid" 2>/dev/null)" = "$u_pid" ] &&
+            [ "$(cat "$d/state" 2>/dev/null)" = running ] && { basename "$d"; return 0; }
+    done
+    return 1
+}
+if tb_wait_until 15 auto_slot; then
+    u_slot=$(auto_slot)
+    tb_pass auto-target-by-rss "pid $u_pid in slot $u_slot"
+    tb_check_eq auto-target-flag 1 "$(awk '$1 == "auto" { print $2 }' "$SYS/targets/$u_slot/stats")"
+else
+    tb_fail auto-target-by-rss "pid $u_pid not picked up within 15 s"
+    u_slot=$("$AGENT" add "$u_pid")
+fi
+echo 0 >/sys/module/tiering/parameters/auto_rss_mb
 tb_bg_start AU "$AGENT" run
 if tb_wait_until 20 sh -c "[ \$(awk '\$1 == \"epoch\" { print \$2 }' $SYS/targets/$u_slot/stats) -ge 3 ]"; then
     tb_pass unload-target-active "$(awk '$1 == "epoch" || $1 == "samples" { printf "%s=%s ", $1, $2 }' "$SYS/targets/$u_slot/stats")"
