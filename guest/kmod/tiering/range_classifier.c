@@ -36,6 +36,7 @@ void hrc_default_params(struct hrc_params *p)
 	p->decay_shift = HRC_DEF_DECAY_SHIFT;
 	p->split_period_ms = HRC_DEF_SPLIT_PERIOD_MS;
 	p->half_split = 0;
+	p->edge_split = 0;
 }
 
 /**
@@ -70,7 +71,7 @@ int hrc_params_validate(const struct hrc_params *p, u32 capacity)
 	if (p->split_period_ms < HRC_MIN_SPLIT_PERIOD_MS ||
 	    p->split_period_ms > HRC_MAX_SPLIT_PERIOD_MS)
 		return -EINVAL;
-	if (p->half_split > 1)
+	if (p->half_split > 1 || p->edge_split > 1)
 		return -EINVAL;
 	return 0;
 }
@@ -289,7 +290,10 @@ static bool hrc_halves_differ(const struct hrc *c, const struct hrc_range *r)
  * at least tau_split * nr_cpus samples in the epoch just ended, and either
  * has no adjacent range (it is alone in its part of the address space)
  * or is alpha times denser than an adjacent range (@l or @r, may be NULL),
- * or (with half_split, unless @no_halves) its halves differ by alpha.
+ * or (edge_split) an adjacent range is alpha times denser than it, or
+ * (half_split, unless @no_halves) its halves differ by alpha.  The merge
+ * guard applies the edge rule too, so fragments next to a hot range do
+ * not merge back into a range that would split again.
  */
 static bool hrc_split_ok_x(const struct hrc *c, const struct hrc_range *r,
 			   const struct hrc_range *left,
@@ -305,6 +309,11 @@ static bool hrc_split_ok_x(const struct hrc *c, const struct hrc_range *r,
 		return true;
 	if ((left && hrc_denser(r, left, pct)) ||
 	    (right && hrc_denser(r, right, pct)))
+		return true;
+	/* edge_split: cut toward a much denser neighbour's boundary */
+	if (c->p.edge_split &&
+	    ((left && hrc_denser(left, r, pct)) ||
+	     (right && hrc_denser(right, r, pct))))
 		return true;
 	return !no_halves && hrc_halves_differ(c, r);
 }

@@ -66,6 +66,10 @@
  *			them), whatever its neighbours.  This lifts the
  *			"equal neighbours block refinement" limit (a big
  *			range next to a small, denser one); see README.
+ * @edge_split:		0 or 1.  1: a range with enough fresh samples may also
+ *			split when an adjacent range is alpha times denser
+ *			than it, so that the boundary of a hot area that is
+ *			not on a halving point is found (see README).
  * @split_period_ms:	t_split: epoch length.  Not used by the core (the
  *			caller drives time); kept here so that one struct
  *			holds every knob and is validated in one place.
@@ -80,6 +84,7 @@ struct hrc_params {
 	u32 decay_shift;
 	u32 split_period_ms;
 	u32 half_split;
+	u32 edge_split;
 };
 
 /**

@@ -34,6 +34,7 @@
 #include <linux/string.h>
 #include <linux/ktime.h>
 #include <linux/stringify.h>
+#include <linux/cgroup.h>
 #include "tier.h"
 
 DEFINE_MUTEX(tier_lock);
@@ -50,6 +51,7 @@ static unsigned int abit_min_window_ms = 5;
 static unsigned int abit_young_lo_pct = 2;
 static unsigned int abit_young_hi_pct = 15;
 static unsigned int half_split = 1;
+static unsigned int edge_split = 1;
 static unsigned int fmem_capacity_mb;	/* 0 = auto */
 static unsigned int auto_rss_mb;		/* 0 = no automatic targets */
 static bool abit_tlb_flush = true;
@@ -83,6 +85,8 @@ TIER_UINT_PARAM(max_ranges, max_ranges, HRC_MIN_RANGES, 65536,
 		"range bound per target (applies to new targets)");
 TIER_UINT_PARAM(half_split, half_split, 0, 1,
 		"also split a range whose halves differ by alpha");
+TIER_UINT_PARAM(edge_split, edge_split, 0, 1,
+		"also split a range next to an alpha-times denser one");
 TIER_UINT_PARAM(scan_interval_ms, scan_interval_ms, 20, 60000,
 		"accessed-bit source: scan cycle (ms)");
 TIER_UINT_PARAM(abit_min_window_ms, abit_min_window_ms, 1, 60000,
@@ -148,6 +152,8 @@ static u32 tier_nr_targets;
 static struct task_struct *tier_worker;
 static bool tier_kick;
 static bool tier_exiting;	/* module unload in progress */
+static struct cgroup *tier_auto_cgrp;	/* auto targets: members of this */
+static char tier_auto_cgrp_path[128];
 static int tier_fmem_node = NUMA_NO_NODE, tier_smem_node = NUMA_NO_NODE;
 static bool tier_pebs_ok;
 static char tier_pebs_why[96];
@@ -188,6 +194,7 @@ static void tier_params(struct hrc_params *p)
 	p->merge_epochs = READ_ONCE(merge_epochs);
 	p->split_period_ms = READ_ONCE(split_period_ms);
 	p->half_split = READ_ONCE(half_split);
+	p->edge_split = READ_ONCE(edge_split);
 	p->nr_cpus = clamp_t(u32, num_online_cpus(), 1, HRC_MAX_CPUS);
 }
 
@@ -457,7 +464,8 @@ static int tier_worker_fn(void *unused)
 		u64 now = ktime_get_ns(), next = now + NSEC_PER_SEC, end;
 		u32 i;
 
-		if (READ_ONCE(auto_rss_mb) && now >= tier_next_auto_ns) {
+		if ((READ_ONCE(auto_rss_mb) || READ_ONCE(tier_auto_cgrp)) &&
+		    now >= tier_next_auto_ns) {
 			tier_auto_scan();
 			tier_next_auto_ns = now + 2 * NSEC_PER_SEC;
 		}
@@ -747,9 +755,11 @@ static struct tier_target *tier_add_slot(void)
 
 /*
  * Automatic targets: every 2 s (worker context), processes whose RSS is at
- * least auto_rss_mb and that are in no slot (running or exited) are put
- * into the first idle or exited slot, or a new one.  A process stopped by
- * hand (pid -1) is picked up again while auto_rss_mb is set.
+ * least auto_rss_mb, or that belong to the cgroup (v2) auto_cgroup or one
+ * below it, and that are in no slot (running or exited) are put into the
+ * first idle or exited slot, or a new one.  A process stopped by hand
+ * (pid -1) is picked up again while it qualifies; one that leaves the
+ * cgroup stays managed.
  */
 static void tier_auto_scan(void)
 {
@@ -757,23 +767,37 @@ static void tier_auto_scan(void)
 				  (20 - PAGE_SHIFT);
 	pid_t cand[TIER_AUTO_BATCH];
 	struct task_struct *p;
+	struct cgroup *cgrp;
 	int nc = 0, i;
 	u32 j;
+
+	mutex_lock(&tier_lock);
+	cgrp = tier_auto_cgrp;
+	if (cgrp)
+		cgroup_get(cgrp);
+	mutex_unlock(&tier_lock);
 
 	rcu_read_lock();
 	for_each_process(p) {
 		unsigned long rss = 0;
+		bool in_cg;
 
 		if (p->flags & (PF_KTHREAD | PF_EXITING))
 			continue;
+		in_cg = cgrp && task_under_cgroup_hierarchy(p, cgrp);
 		task_lock(p);
 		if (p->mm)
 			rss = get_mm_rss(p->mm);
+		else
+			in_cg = false;
 		task_unlock(p);
-		if (rss >= min_pages && nc < TIER_AUTO_BATCH)
+		if (((min_pages && rss >= min_pages) || in_cg) &&
+		    nc < TIER_AUTO_BATCH)
 			cand[nc++] = task_tgid_nr(p);
 	}
 	rcu_read_unlock();
+	if (cgrp)
+		cgroup_put(cgrp);
 
 	mutex_lock(&tier_lock);
 	for (i = 0; i < nc && !tier_exiting; i++) {
@@ -878,6 +902,56 @@ static ssize_t sampler_store(struct kobject *k, struct kobj_attribute *a,
 	return count;
 }
 
+static ssize_t auto_cgroup_show(struct kobject *k, struct kobj_attribute *a,
+				char *buf)
+{
+	ssize_t len;
+
+	mutex_lock(&tier_lock);
+	len = sysfs_emit(buf, "%s\n", tier_auto_cgrp_path);
+	mutex_unlock(&tier_lock);
+	return len;
+}
+
+/* A cgroup v2 path ("/a/b") whose processes become targets; "" clears. */
+static ssize_t auto_cgroup_store(struct kobject *k, struct kobj_attribute *a,
+				 const char *buf, size_t count)
+{
+	char path[sizeof(tier_auto_cgrp_path)];
+	struct cgroup *cgrp = NULL, *old;
+	size_t n = count;
+
+	if (n && buf[n - 1] == '\n')
+		n--;
+	if (n >= sizeof(path) || memchr(buf, 0, n))
+		return -EINVAL;
+	memcpy(path, buf, n);
+	path[n] = 0;
+	if (n && path[0] != '/')
+		return -EINVAL;
+	if (n) {
+		cgrp = cgroup_get_from_path(path);
+		if (IS_ERR(cgrp))
+			return PTR_ERR(cgrp);
+	}
+	mutex_lock(&tier_lock);
+	if (tier_exiting) {
+		mutex_unlock(&tier_lock);
+		if (cgrp)
+			cgroup_put(cgrp);
+		return -ENODEV;
+	}
+	old = tier_auto_cgrp;
+	tier_auto_cgrp = cgrp;
+	strscpy(tier_auto_cgrp_path, path, sizeof(tier_auto_cgrp_path));
+	mutex_unlock(&tier_lock);
+	if (old)
+		cgroup_put(old);
+	if (cgrp && tier_worker)
+		wake_up_process(tier_worker);
+	return count;
+}
+
 static ssize_t pebs_show(struct kobject *k, struct kobj_attribute *a,
 			 char *buf)
 {
@@ -941,6 +1015,8 @@ static ssize_t global_stats_show(struct kobject *k, struct kobj_attribute *a,
 
 static struct kobj_attribute tier_attr_sampler = __ATTR_RW_MODE(sampler, 0644);
 static struct kobj_attribute tier_attr_pebs = __ATTR_RO(pebs);
+static struct kobj_attribute tier_attr_auto_cgroup =
+	__ATTR_RW_MODE(auto_cgroup, 0644);
 static struct kobj_attribute tier_attr_fmem_node = __ATTR_RO(fmem_node);
 static struct kobj_attribute tier_attr_smem_node = __ATTR_RO(smem_node);
 static struct kobj_attribute tier_attr_fmem_capacity_pages =
@@ -950,6 +1026,7 @@ static struct kobj_attribute tier_attr_gstats =
 
 static struct attribute *tier_root_attrs[] = {
 	&tier_attr_sampler.attr, &tier_attr_pebs.attr,
+	&tier_attr_auto_cgroup.attr,
 	&tier_attr_fmem_node.attr, &tier_attr_smem_node.attr,
 	&tier_attr_fmem_capacity_pages.attr, &tier_attr_gstats.attr, NULL,
 };
@@ -1014,6 +1091,9 @@ static void __exit tier_exit(void)
 	mutex_lock(&tier_lock);
 	put_task_struct(tier_worker);
 	tier_worker = NULL;
+	if (tier_auto_cgrp)
+		cgroup_put(tier_auto_cgrp);
+	tier_auto_cgrp = NULL;
 	for (i = 0; i < tier_nr_targets; i++) {
 		tier_targets[i]->removed = true;
 		if (tier_targets[i]->state != TIER_ST_IDLE)

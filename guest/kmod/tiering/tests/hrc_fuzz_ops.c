@@ -165,6 +165,7 @@ static int fz_params(struct fz_state *s, struct fz *f)
 	default:
 		p.split_period_ms = (u32)fz_bytes(f, 4);
 		p.half_split = (u32)fz_below(f, 1, 3);	/* 2 is invalid */
+		p.edge_split = (u32)fz_below(f, 1, 3);
 		break;
 	}
 	ret = hrc_set_params(&s->c, &p);

@@ -121,7 +121,71 @@ static void halves_do_not_split_uniform_load(void)
 	tctx_free(&t);
 }
 
+/*
+ * edge_split: a state seen in the module: an earlier cut fell 6 MiB inside
+ * the hot set (HOT2), so a big cold range ends with 6 MiB of hot pages.
+ * Its halves differ by far less than alpha, so halves alone never find
+ * those 6 MiB; the edge rule cuts the cold range toward its much denser
+ * neighbour until they are found.
+ */
+#define HOT2		(REG_END - 70 * MiB)
+#define CUT		(HOT2 + 6 * MiB)
+
+static u64 run_edge(u32 edge, u32 *nr)
+{
+	static const struct hrc_interval iv[] = {
+		{ STACK_START, STACK_END }, { REG_START, CUT }, { CUT, REG_END },
+	};
+	struct hrc_interval pro[64], dem[64];
+	struct hrc_selection sel = {
+		.promo = pro, .promo_max = 64, .demo = dem, .demo_max = 64,
+	};
+	struct hrc_params p;
+	struct tctx t;
+	u64 rng = 5, hot = 0;
+	u32 e, i;
+
+	hrc_default_params(&p);
+	p.nr_cpus = 2;
+	p.half_split = 1;
+	p.edge_split = edge;
+	CHECK_EQ(tctx_init(&t, HRC_DEF_MAX_RANGES, &p, iv, 3), 0);
+	for (e = 0; e < 60; e++) {
+		tsample(&t.c, &rng, REG_START, HOT2, 570 * 256 / 64);
+		tsample(&t.c, &rng, HOT2, REG_END, 70 * 256 * 10 / 64);
+		tsample(&t.c, &rng, STACK_START, STACK_END, 200);
+		hrc_epoch(&t.c);
+		CHECK_EQ(hrc_validate(&t.c), 0);
+	}
+	hrc_select(&t.c, (100 * MiB) >> 12, &sel);
+	for (i = 0; i < sel.nr_promo; i++) {
+		u64 s = pro[i].start > HOT2 ? pro[i].start : HOT2;
+		u64 en = pro[i].end;
+
+		if (en > s && pro[i].start >= REG_START)
+			hot += en - s;
+	}
+	*nr = t.c.nr;
+	tctx_free(&t);
+	return hot;
+}
+
+static void edges_find_unaligned_hot_set_boundary(void)
+{
+	u32 nr0, nr1;
+	u64 h0 = run_edge(0, &nr0), h1 = run_edge(1, &nr1);
+
+	printf("     70 MiB hot set: selected %llu MiB without edge rule "
+	       "(%u ranges), %llu MiB with (%u ranges)\n",
+	       (unsigned long long)(h0 >> 20), nr0,
+	       (unsigned long long)(h1 >> 20), nr1);
+	CHECK(h0 <= 64 * MiB);
+	CHECK(h1 >= 68 * MiB);
+	CHECK(nr1 <= 40);
+}
+
 const struct hrc_test hrc_half_split_tests[] = {
+	HRC_TEST(edges_find_unaligned_hot_set_boundary),
 	HRC_TEST(halves_isolate_hot_set_next_to_denser_neighbour),
 	HRC_TEST(halves_do_not_split_uniform_load),
 };

@@ -167,6 +167,38 @@ kill "$s_pid"
 wait "$s_pid" 2>/dev/null
 echo 1 >"$SYS/targets/nr_targets"
 
+# automatic targets by cgroup (v2): a process in /tier is picked up
+CG=/sys/fs/cgroup
+grep -q " $CG cgroup2 " /proc/mounts || mount -t cgroup2 none "$CG" 2>/dev/null
+try_write auto-cgroup-missing-ENOENT "no such file" /no-such-cgroup "$SYS/auto_cgroup"
+try_write auto-cgroup-relative-EINVAL "invalid argument" tier "$SYS/auto_cgroup"
+if mkdir -p "$CG/tier" 2>/dev/null; then
+    sleep 120 &
+    c_pid=$!
+    echo "$c_pid" >"$CG/tier/cgroup.procs"
+    tb_check auto-cgroup-set sh -c "echo /tier > $SYS/auto_cgroup"
+    cg_slot() {
+        for d in "$SYS"/targets/[0-9]*; do
+            [ "$(cat "$d/pid" 2>/dev/null)" = "$c_pid" ] &&
+                [ "$(cat "$d/state" 2>/dev/null)" = running ] && return 0
+        done
+        return 1
+    }
+    if tb_wait_until 15 cg_slot; then
+        tb_pass auto-target-by-cgroup "pid $c_pid (in $CG/tier) picked up"
+    else
+        tb_fail auto-target-by-cgroup "pid $c_pid not picked up within 15 s"
+    fi
+    echo "" >"$SYS/auto_cgroup"
+    kill "$c_pid"
+    wait "$c_pid" 2>/dev/null
+else
+    tb_fact_str cgroup "no cgroup2 hierarchy: $CG/tier could not be created"
+fi
+# the cgroup's process exited: back to one idle slot for the next phase
+echo 0 >"$SYS/targets/nr_targets"
+echo 1 >"$SYS/targets/nr_targets"
+
 on_start_ours() {
     slot=$("$AGENT" add "$1")
     tb_check_eq agent-add-slot-0 0 "$slot"
