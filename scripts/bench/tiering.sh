@@ -82,6 +82,10 @@ ours.update({
     "demoted_pages": agent.get("demoted"),
     "failed_pages": agent.get("failed"),
 })
+mid = f.get("agent_stats_mid") or {}
+mt = (mid.get("targets") or [{}])[0]
+ours["mid_run_pages"] = {"fmem": mt.get("fmem_pages"), "smem": mt.get("smem_pages"),
+                         "sample_rate": mt.get("sample_rate"), "ranges": mt.get("ranges")}
 nb = phase("numab")
 nb["vmstat_before"] = f.get("numab_vmstat_before")
 nb["vmstat_after"] = f.get("numab_vmstat_after")

@@ -1110,4 +1110,5 @@ static void __exit tier_exit(void)
 module_init(tier_init);
 module_exit(tier_exit);
 MODULE_LICENSE("GPL");
-MODULE_DESCRIPTION("Guest tiered-memory manager: access sampling, gVA range classification, ranked relocation lists");
+MODULE_DESCRIPTION("Guest tiered-memory manager: access sampling, "
+		   "gVA range classification, relocation lists");

@@ -209,7 +209,8 @@ on_start_ours() {
     tb_bg_start AG "$AGENT" run -v
     # diagnostics only: the classifier's state half-way through
     (sleep $((RUN_S / 2)); cat "$SYS/targets/0/stats" "$SYS/targets/0/ranges" \
-        "$SYS/targets/0/promote" "$SYS/targets/0/demote" >/tmp/tier-mid 2>&1) &
+        "$SYS/targets/0/promote" "$SYS/targets/0/demote" >/tmp/tier-mid 2>&1
+        "$AGENT" stats >/tmp/agent-stats-mid.json 2>&1) &
 }
 on_end_ours() {
     t_ours1=$(tb_now_ms)
@@ -221,6 +222,8 @@ on_end_ours() {
     ag=$(grep '"agent":"done"' "$AG_OUT" | tail -n 1)
     tb_fact agent_done "${ag:-null}"
     tb_fact agent_stats "$(cat /tmp/agent-stats.json)"
+    mid=$(cat /tmp/agent-stats-mid.json 2>/dev/null)
+    case $mid in '{'*) tb_fact agent_stats_mid "$mid" ;; esac
     agcpu=$(json_num "$ag" agent_cpu_ns)
     wall=$((t_ours1 - t_ours0))
     kns=$((w1 - w0))
