@@ -12,6 +12,13 @@ use acpi_tables::gas::{AccessSize, AddressSpace, GAS};
 use super::{aml_bytes, OEM_ID, OEM_REVISION};
 use crate::layout;
 
+/// IA-PC boot architecture flags (ACPI 6.5 table 5.11): no VGA, and no CMOS
+/// RTC. Without the latter, Linux's rtc_cmos probes ports 0x70/0x71 that
+/// nothing emulates and spends seconds of the boot waiting for the update
+/// flag to clear; the guest's wall clock comes from kvm-clock instead.
+const IAPC_BOOT_ARCH_VGA_NOT_PRESENT: u16 = 1 << 2;
+const IAPC_BOOT_ARCH_CMOS_RTC_NOT_PRESENT: u16 = 1 << 5;
+
 /// Goes in the FADT "Hypervisor Vendor Identity" field.
 const HYPERVISOR_VENDOR_ID: [u8; 8] = *b"CLOUDHYP";
 
@@ -37,6 +44,8 @@ pub(super) fn build_fadt(dsdt_addr: u64) -> Vec<u8> {
         // device \_SB_.PWRB in the DSDT.
         .flag(Flags::PwrButton)
         .flag(Flags::SlpButton);
+    fadt.iapc_boot_arch =
+        (IAPC_BOOT_ARCH_VGA_NOT_PRESENT | IAPC_BOOT_ARCH_CMOS_RTC_NOT_PRESENT).into();
     fadt.reset_reg = io_port_register(layout::ACPI_RESET_PORT);
     fadt.reset_value = layout::ACPI_RESET_VALUE;
     fadt.sleep_control_reg = io_port_register(layout::ACPI_SLEEP_CONTROL_PORT);
@@ -51,6 +60,7 @@ mod tests {
     use super::*;
 
     // Field offsets from the ACPI 6.5 FADT layout.
+    const IAPC_BOOT_ARCH: usize = 109;
     const FLAGS: usize = 112;
     const RESET_REG: usize = 116;
     const RESET_VALUE: usize = 128;
@@ -89,6 +99,13 @@ mod tests {
         assert_ne!(flags & (1 << 4), 0, "PWR_BUTTON (no fixed power button)");
         assert_ne!(flags & (1 << 5), 0, "SLP_BUTTON (no fixed sleep button)");
         assert_eq!(le64(&fadt, X_FIRMWARE_CTRL), 0, "no FACS");
+    }
+
+    #[test]
+    fn fadt_says_there_is_no_cmos_rtc_and_no_vga() {
+        let fadt = build_fadt(0xe_1000);
+        let arch = u16::from_le_bytes([fadt[IAPC_BOOT_ARCH], fadt[IAPC_BOOT_ARCH + 1]]);
+        assert_eq!(arch, (1 << 5) | (1 << 2));
     }
 
     #[test]
