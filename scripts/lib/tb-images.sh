@@ -61,14 +61,17 @@ tb_build_tools() {
     local c name key out
     TB_TOOLS=()
     mkdir -p "$TB_BUILD/tools"
-    for c in "$TB_ITEST"/guest/*.c; do
+    # Also vmmload's native-identity test programs (as vl-*), so the
+    # vmmload-kvm scenario can run them on the L1 host's standard KVM.
+    for c in "$TB_ITEST"/guest/*.c "$TB_ROOT"/tests/vmmload/{hello,threads}.c; do
         [[ -f $c ]] || continue
         name=$(basename "$c" .c)
+        [[ $c == "$TB_ROOT"/tests/vmmload/* ]] && name=vl-$name
         key=$(tb_hash_files "$c")
         out=$TB_BUILD/tools/$name-$key
         if [[ ! -x $out || $TB_REBUILD == 1 ]]; then
             tb_msg "building guest tool $name (gcc -static)"
-            gcc -static -O2 -Wall -Wextra -o "$out.tmp" "$c" ||
+            gcc -static -O2 -pthread -Wall -Wextra -o "$out.tmp" "$c" ||
                 tb_die "$TB_EXIT_SETUP" "gcc failed for $c"
             mv -f "$out.tmp" "$out"
             find "$TB_BUILD/tools" -name "$name-*" ! -name "$name-$key" -delete
