@@ -173,3 +173,20 @@ tb_vmm_diag() {
     } >"$_tb_df" 2>&1
     tb_log "VMM diagnostics saved to $_tb_df"
 }
+
+# --- REST API helpers (scenarios that start the VMM with --api-socket) ----
+#   tb_chr ARGS...            ch-remote on $TB_API_SOCK
+#   tb_balloon_field TIER KEY a number from vm.balloon-stats' entry for TIER
+#                             (fmem|smem), e.g. actual, target, host_inflated
+#   tb_balloon_actual_is F S  the guest reports balloons of F and S bytes
+TB_API_SOCK=${TB_OUT:-/tmp}/api.sock
+tb_chr() { "$TB_CH_REMOTE" --api-socket "$TB_API_SOCK" "$@"; }
+tb_balloon_field() {
+    # ch-remote prints keys sorted, so "tier" is the last key of its
+    # object: cut the JSON at every "}" and pick the piece naming the tier.
+    tb_chr balloon-stats 2>/dev/null | tr -d ' \n' | tr '}' '\n' | grep "\"tier\":\"$1\"" |
+        sed -n "s/.*[{,]\"$2\":\([0-9]*\).*/\1/p"
+}
+tb_balloon_actual_is() {
+    [ "$(tb_balloon_field fmem actual)" = "$1" ] && [ "$(tb_balloon_field smem actual)" = "$2" ]
+}

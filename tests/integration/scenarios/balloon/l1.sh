@@ -23,28 +23,18 @@
 tb_begin l1
 
 MIB=1048576
-PAGE_KB=4
 [ -x "$TB_VMM" ] || tb_skip "no VMM binary at $TB_VMM"
 [ -x "$TB_CH_REMOTE" ] || tb_skip "no ch-remote binary at $TB_CH_REMOTE"
 [ "$(tb_node_count)" -ge 2 ] || tb_skip "the host has fewer than two NUMA nodes"
 trap 'tb_vmm_stop' EXIT
 
-SOCK=$TB_OUT/api.sock
-chr() { "$TB_CH_REMOTE" --api-socket "$SOCK" "$@"; }
-# tier_field TIER FIELD: a number from vm.balloon-stats' entry for TIER
-# (ch-remote prints keys sorted, so "tier" is the last key of its object:
-# cut the JSON at every "}" and pick the piece naming the tier).
-tier_field() {
-    chr balloon-stats 2>/dev/null | tr -d ' \n' | tr '}' '\n' | grep "\"tier\":\"$1\"" |
-        sed -n "s/.*[{,]\"$2\":\([0-9]*\).*/\1/p"
-}
-actual_is() { [ "$(tier_field fmem actual)" = "$1" ] && [ "$(tier_field smem actual)" = "$2" ]; }
+SOCK=$TB_API_SOCK
 rss_kb() { awk '/^VmRSS/ { print $2 }' "/proc/$TB_VMM_PID/status"; }
 stats_updated() {
-    _n=$(chr balloon-stats 2>/dev/null | tr -d ' \n' | sed -n 's/.*"stats_updates":\([0-9]*\).*/\1/p')
+    _n=$(tb_chr balloon-stats 2>/dev/null | tr -d ' \n' | sed -n 's/.*"stats_updates":\([0-9]*\).*/\1/p')
     [ "${_n:-0}" -gt 0 ]
 }
-counters_have_balloon() { chr counters 2>/dev/null | grep -q __balloon; }
+counters_have_balloon() { tb_chr counters 2>/dev/null | grep -q __balloon; }
 abs() { if [ "$1" -lt 0 ]; then echo $((-$1)); else echo "$1"; fi; }
 
 # gm TAG: ask the guest for its nodes' free memory; sets N0, N1 (kB), BF, BS (pages)
@@ -67,16 +57,16 @@ gm() {
 # until the guest reports both balloons at the target.
 resize_to() {
     _t0=$(tb_now_ms)
-    if ! chr resize --balloon "[$2M,$3M]" >"$TB_OUT/resize-$1.out" 2>&1; then
+    if ! tb_chr resize --balloon "[$2M,$3M]" >"$TB_OUT/resize-$1.out" 2>&1; then
         tb_fail "$1-resize" "$(head -c 200 "$TB_OUT/resize-$1.out")"
         return 1
     fi
-    if tb_wait_until "$4" actual_is $(($2 * MIB)) $(($3 * MIB)); then
+    if tb_wait_until "$4" tb_balloon_actual_is $(($2 * MIB)) $(($3 * MIB)); then
         tb_fact "${1}_ms" "$(($(tb_now_ms) - _t0))"
         tb_pass "$1-reached" "[$2M,$3M] after $(($(tb_now_ms) - _t0)) ms"
         return 0
     fi
-    tb_fail "$1-reached" "actual [$(tier_field fmem actual),$(tier_field smem actual)] after $4 s"
+    tb_fail "$1-reached" "actual [$(tb_balloon_field fmem actual),$(tb_balloon_field smem actual)] after $4 s"
     return 1
 }
 
@@ -124,17 +114,17 @@ if boot_vm demeter \
     --balloon 'size=[1024M,256M],statistics=on,deflate_on_oom=on,heterogeneous_memory=on'; then
 
     # (c) 1:4 carved at boot, 1:1, back to 1:4.
-    if tb_wait_until 240 actual_is $((1024 * MIB)) $((256 * MIB)); then
+    if tb_wait_until 240 tb_balloon_actual_is $((1024 * MIB)) $((256 * MIB)); then
         tb_pass c-boot-1to4-reached "$(($(tb_now_ms) - TB_VMM_START_MS)) ms after VMM start"
     else
-        tb_fail c-boot-1to4-reached "actual [$(tier_field fmem actual),$(tier_field smem actual)]"
+        tb_fail c-boot-1to4-reached "actual [$(tb_balloon_field fmem actual),$(tb_balloon_field smem actual)]"
     fi
     gm c14
     tb_check_eq c-guest-fmem-balloon-pages 262144 "$BF"
     tb_check_eq c-guest-smem-balloon-pages 65536 "$BS"
     tb_check_le c-node0-free-within-256MiB "$N0" $((256 * 1024))
     tb_check_ge c-node1-free-over-800MiB "$N1" $((800 * 1024))
-    info=$(chr info | tr -d ' \n')
+    info=$(tb_chr info | tr -d ' \n')
     tb_check_eq c-info-memory-actual-size $((1280 * MIB)) \
         "$(echo "$info" | sed -n 's/.*"memory_actual_size":\([0-9]*\).*/\1/p')"
     c0=$N0 c1=$N1
@@ -149,12 +139,12 @@ if boot_vm demeter \
 
     # Per-tier statistics reach the host API.
     tb_check stats-updates tb_wait_until 10 stats_updated
-    chr balloon-stats >"$TB_OUT/balloon-stats.json" 2>&1
-    tb_check stats-fmem-guest-total test -n "$(tier_field fmem guest_total)"
-    tb_check stats-smem-guest-total test -n "$(tier_field smem guest_total)"
+    tb_chr balloon-stats >"$TB_OUT/balloon-stats.json" 2>&1
+    tb_check stats-fmem-guest-total test -n "$(tb_balloon_field fmem guest_total)"
+    tb_check stats-smem-guest-total test -n "$(tb_balloon_field smem guest_total)"
     tb_check counters-have-balloon counters_have_balloon
-    tb_check_eq host-agrees-fmem "$(tier_field fmem actual)" "$(tier_field fmem host_inflated)"
-    tb_check_eq host-agrees-smem "$(tier_field smem actual)" "$(tier_field smem host_inflated)"
+    tb_check_eq host-agrees-fmem "$(tb_balloon_field fmem actual)" "$(tb_balloon_field fmem host_inflated)"
+    tb_check_eq host-agrees-smem "$(tb_balloon_field smem actual)" "$(tb_balloon_field smem host_inflated)"
 
     resize_to all-deflated 0 0 240
 
@@ -198,7 +188,7 @@ if boot_vm demeter \
     while [ $i -le 200 ]; do
         f=$(((i * 37 % 8) * 32))
         s=$(((i * 53 % 8) * 64))
-        chr resize --balloon "[${f}M,${s}M]" >/dev/null 2>&1 || bad=$((bad + 1))
+        tb_chr resize --balloon "[${f}M,${s}M]" >/dev/null 2>&1 || bad=$((bad + 1))
         i=$((i + 1))
     done
     tb_fact e_200_resizes_ms "$(($(tb_now_ms) - t0))"
@@ -207,13 +197,13 @@ if boot_vm demeter \
     gm e
     tb_check_eq e-guest-fmem-exact $((96 * 256)) "$BF"
     tb_check_eq e-guest-smem-exact $((192 * 256)) "$BS"
-    tb_check_eq e-host-fmem-exact $((96 * MIB)) "$(tier_field fmem host_inflated)"
-    tb_check_eq e-host-smem-exact $((192 * MIB)) "$(tier_field smem host_inflated)"
+    tb_check_eq e-host-fmem-exact $((96 * MIB)) "$(tb_balloon_field fmem host_inflated)"
+    tb_check_eq e-host-smem-exact $((192 * MIB)) "$(tb_balloon_field smem host_inflated)"
     tb_vmm_send unchurn
     tb_vmm_wait_line '@@BAL CHURN rc=' 60 || tb_fail e-churn-ended "no churn summary"
     tb_check_eq e-churn-rc-0 0 "$(tr -d '\r' <"$TB_VMM_SERIAL" | sed -n 's/.*@@BAL CHURN rc=\([0-9]*\).*/\1/p' | tail -n 1)"
     resize_to e-deflated 0 0 240
-    tb_check_eq e-host-nothing-held "0 0" "$(tier_field fmem host_inflated) $(tier_field smem host_inflated)"
+    tb_check_eq e-host-nothing-held "0 0" "$(tb_balloon_field fmem host_inflated) $(tb_balloon_field smem host_inflated)"
     rss=$(rss_kb)
     tb_fact vmm_rss_end_kb "$rss"
     tb_check_le e-vmm-rss-within-guest-ram-plus-64MiB "$rss" $(((2560 + 64) * 1024))
@@ -235,12 +225,12 @@ if boot_vm stock \
     from1=$(((d1 - N1) / 1024))
     tb_fact stock_from_node0_mib "$from0"
     tb_fact stock_from_node1_mib "$from1"
-    tb_fact stock_host_fmem_bytes "$(tier_field fmem host_inflated)"
-    tb_fact stock_host_smem_bytes "$(tier_field smem host_inflated)"
+    tb_fact stock_host_fmem_bytes "$(tb_balloon_field fmem host_inflated)"
+    tb_fact stock_host_smem_bytes "$(tb_balloon_field smem host_inflated)"
     tb_log "stock balloon of 256 MiB took $from0 MiB from node 0 (FMem) and $from1 MiB from node 1 (SMem)"
     tb_check_eq d-host-sees-256MiB $((256 * MIB)) \
-        $(($(tier_field fmem host_inflated) + $(tier_field smem host_inflated)))
-    if chr resize --balloon '[0,64M]' >"$TB_OUT/d-smem.out" 2>&1; then
+        $(($(tb_balloon_field fmem host_inflated) + $(tb_balloon_field smem host_inflated)))
+    if tb_chr resize --balloon '[0,64M]' >"$TB_OUT/d-smem.out" 2>&1; then
         tb_fail d-smem-target-refused "an SMem target was accepted without HETERO_MEM"
     else
         tb_pass d-smem-target-refused "$(head -c 160 "$TB_OUT/d-smem.out")"

@@ -21,19 +21,13 @@ BIG=${TB_BENCH_BALLOON_MIB:-512}
 [ "$(tb_node_count)" -ge 2 ] || tb_skip "the host has fewer than two NUMA nodes"
 trap 'tb_vmm_stop' EXIT
 
-SOCK=$TB_OUT/api.sock
-chr() { "$TB_CH_REMOTE" --api-socket "$SOCK" "$@"; }
-tier_actual() {
-    chr balloon-stats 2>/dev/null | tr -d ' \n' | tr '}' '\n' | grep "\"tier\":\"$1\"" |
-        sed -n 's/.*[{,]"actual":\([0-9]*\).*/\1/p'
-}
-actual_is() { [ "$(tier_actual fmem)" = "$1" ] && [ "$(tier_actual smem)" = "$2" ]; }
+SOCK=$TB_API_SOCK
 
 # timed NAME FMEM_MIB SMEM_MIB: resize, wait for the target, record ms
 timed() {
     _t0=$(tb_now_ms)
-    chr resize --balloon "[$2M,$3M]" >/dev/null 2>&1 || { tb_fail "$1" "resize refused"; return 1; }
-    if tb_wait_until 300 actual_is $(($2 * MIB)) $(($3 * MIB)); then
+    tb_chr resize --balloon "[$2M,$3M]" >/dev/null 2>&1 || { tb_fail "$1" "resize refused"; return 1; }
+    if tb_wait_until 300 tb_balloon_actual_is $(($2 * MIB)) $(($3 * MIB)); then
         _ms=$(($(tb_now_ms) - _t0))
         tb_fact "${1}_ms" "$_ms"
         tb_pass "$1" "$_ms ms"
