@@ -75,6 +75,7 @@ ours.update({
     "sample_rate_per_s": f.get("ours_sample_rate"),
     "ranges": f.get("ours_ranges"),
     "manager_cpu_pct_of_one_vcpu": f.get("ours_manager_cpu_pct"),
+    "manager_cpu_pct_second_half": f.get("ours_manager_cpu_pct_2nd_half"),
     "kernel_worker_cpu_pct": f.get("ours_worker_cpu_pct"),
     "agent_cpu_ns": f.get("ours_agent_cpu_ns"),
     "kernel_worker_cpu_ns": f.get("ours_worker_cpu_ns"),
@@ -105,6 +106,8 @@ res = {
     "issue_targets": {
         "hot90_within_60s": t90 is not None and 0 <= t90 <= 60000,
         "manager_cpu_le_5pct": cpu is not None and cpu <= 5.0,
+        "manager_cpu_le_5pct_second_half": isinstance(ours["manager_cpu_pct_second_half"], (int, float))
+                                            and ours["manager_cpu_pct_second_half"] <= 5.0,
     },
     "note": "residency sampled once a second with move_pages(2) status queries; "
             "QEMU TCG does not emulate the tiers' latency, so mups does not "

@@ -210,7 +210,10 @@ on_start_ours() {
     # diagnostics only: the classifier's state half-way through
     (sleep $((RUN_S / 2)); cat "$SYS/targets/0/stats" "$SYS/targets/0/ranges" \
         "$SYS/targets/0/promote" "$SYS/targets/0/demote" >/tmp/tier-mid 2>&1
-        "$AGENT" stats >/tmp/agent-stats-mid.json 2>&1) &
+        "$AGENT" stats >/tmp/agent-stats-mid.json 2>&1
+        # CPU so far (worker ns, agent clock ticks) for the second half's share
+        echo "$(tb_now_ms) $(awk '$1 == "worker_cpu_ns" { print $2 }' "$SYS/stats") \
+            $(awk '{ print $14 + $15 }' "/proc/$AG_PID/stat")" >/tmp/cpu-mid) &
 }
 on_end_ours() {
     t_ours1=$(tb_now_ms)
@@ -233,6 +236,13 @@ on_end_ours() {
     tot=$((kns + ${agcpu:-0}))
     tb_fact ours_manager_cpu_pct "$(awk -v c="$tot" -v w="$wall" 'BEGIN { printf "%.2f", w ? c / (w * 10000) : 0 }')"
     tb_fact ours_worker_cpu_pct "$(awk -v c="$kns" -v w="$wall" 'BEGIN { printf "%.2f", w ? c / (w * 10000) : 0 }')"
+    # second half of the run (after convergence): worker + agent CPU share
+    if [ -s /tmp/cpu-mid ] && [ -n "$agcpu" ]; then
+        read -r m_t m_w m_a </tmp/cpu-mid
+        tb_fact ours_manager_cpu_pct_2nd_half "$(awk -v t0="$m_t" -v t1="$t_ours1" -v w0="$m_w" -v w1="$w1" \
+            -v a0="$m_a" -v a1="$agcpu" 'BEGIN { d = t1 - t0; if (d <= 0) { print "null"; exit }
+                printf "%.2f", ((w1 - w0) + (a1 - a0 * 10000000)) / (d * 10000) }')"
+    fi
     src=$(stat_of /tmp/tier-target-stats source)
     tb_fact_str ours_source "$src"
     tb_fact ours_sample_rate "$(stat_of /tmp/tier-target-stats sample_rate)"
