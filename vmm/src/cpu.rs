@@ -264,11 +264,37 @@ fn run_vcpu(index: u8, mut fd: VcpuFd, ctx: &VcpuContext, shared: &Shared) {
             ))),
         };
         if let Some(reason) = reason {
+            if !matches!(reason, VcpuExitReason::PowerOff | VcpuExitReason::Reset) {
+                log_crash_state(index, &fd);
+            }
             report(shared, reason);
             break;
         }
     }
     KVM_RUN.with(|run| run.set(std::ptr::null_mut()));
+}
+
+/// Logs where a vCPU was when the guest crashed or KVM gave up on it, so
+/// that a triple fault can be traced to a guest symbol (System.map).
+fn log_crash_state(index: u8, fd: &VcpuFd) {
+    match (fd.get_regs(), fd.get_sregs()) {
+        (Ok(r), Ok(s)) => log::error!(
+            "vcpu{index} state: rip={:#x} rsp={:#x} rflags={:#x} cs={:#x} cr0={:#x} cr2={:#x} \
+             cr3={:#x} cr4={:#x} efer={:#x} idt={:#x}+{:#x}",
+            r.rip,
+            r.rsp,
+            r.rflags,
+            s.cs.selector,
+            s.cr0,
+            s.cr2,
+            s.cr3,
+            s.cr4,
+            s.efer,
+            s.idt.base,
+            s.idt.limit
+        ),
+        (Err(e), _) | (_, Err(e)) => log::error!("vcpu{index}: cannot read its registers: {e}"),
+    }
 }
 
 /// Handles one exit; `Some` ends the VM.

@@ -9,6 +9,8 @@
 # Commands (one per line on the console), answers prefixed "@@BAL":
 #   m TAG        "@@BAL M TAG n0=<kB> n1=<kB> bf=<pages> bs=<pages>":
 #                free memory of node 0/1 and the driver's balloon sizes
+#   show         "@@BAL SHOW node=N cpus=.. memtotal_kb=.. distance=.. tier=.."
+#                per node: the topology the guest sees
 #   touch N:MIB  make MIB MiB of node N's free memory host-resident (touch
 #                it with tb-numa hold, then free it): "@@BAL TOUCHED ..."
 #   churn MIB    start tb-churn MIB (a memory-hungry program) in the background
@@ -63,6 +65,12 @@ while read -r cmd arg; do
     case $cmd in
     m)
         echo "@@BAL M $arg n0=$(node_free_kb 0) n1=$(node_free_kb 1) bf=$(bal_pages fmem) bs=$(bal_pages smem)"
+        ;;
+    show)
+        for n in 0 1; do
+            echo "@@BAL SHOW node=$n cpus=$(tb_node_cpulist $n) memtotal_kb=$(tb_node_memtotal_kb $n)" \
+                "distance=$(tb_node_distance $n | tr ' ' ,) tier=$(tb_memory_tier_of $n)"
+        done
         ;;
     touch)
         rm -f /tmp/hold.out
