@@ -4,7 +4,12 @@
  * hot part receives RATIO times the accesses per byte of the rest.
  *
  *   gups-hotset [-s REGION_MB] [-H HOT_MB] [-r RATIO] [-t SECONDS]
- *               [-i REPORT_MS] [-f FMEM_NODE] [-w READY_FILE]
+ *               [-i REPORT_MS] [-f FMEM_NODE] [-w READY_FILE] [-k] [-u]
+ *
+ * Robustness options (for the manager's tests): -k forks a child that
+ * shares the region copy-on-write and sleeps until the end; -u unmaps the
+ * first half of the cold part half-way through the run (accesses then go
+ * to the rest).
  *
  * The region is one anonymous mapping (THP off, so residency is counted
  * per 4 KiB page); the hot set is its last HOT_MB.  It is first-touched
@@ -28,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,8 +41,9 @@
 #define PAGE		4096UL
 #define COLD_STRIDE	8
 
-static uint64_t *region;
-static size_t region_bytes, hot_bytes;
+static uint64_t *volatile region;
+static volatile size_t region_bytes;
+static size_t hot_bytes;
 static unsigned int ratio = 10;
 static int fmem_node;
 static volatile int stop;
@@ -92,12 +99,13 @@ static void *reporter(void *arg)
 {
 	struct report_args *r = arg;
 	uint64_t last_u = 0, last_t = r->t0;
-	size_t cold = region_bytes - hot_bytes;
-	/* access shares: hot gets ratio x density */
-	double hot_w = (double)ratio * hot_bytes /
-		       ((double)ratio * hot_bytes + cold);
 
 	while (!stop) {
+		/* the region may shrink (-u): read its bounds every time */
+		size_t cold = region_bytes - hot_bytes;
+		/* access shares: hot gets ratio x density */
+		double hot_w = (double)ratio * hot_bytes /
+			       ((double)ratio * hot_bytes + cold);
 		struct timespec ts = {
 			.tv_sec = r->interval_ms / 1000,
 			.tv_nsec = (r->interval_ms % 1000) * 1000000L,
@@ -142,7 +150,7 @@ static void on_term(int sig)
 static void usage(void)
 {
 	fprintf(stderr, "usage: gups-hotset [-s REGION_MB] [-H HOT_MB] [-r RATIO] "
-		"[-t SECONDS] [-i REPORT_MS] [-f FMEM_NODE] [-w READY_FILE]\n");
+		"[-t SECONDS] [-i REPORT_MS] [-f FMEM_NODE] [-w READY_FILE] [-k] [-u]\n");
 	exit(2);
 }
 
@@ -167,9 +175,10 @@ int main(int argc, char **argv)
 	uint64_t t_start, t_end;
 	pthread_t th;
 	size_t off;
-	int c;
+	int c, fork_child = 0, unmap_half = 0, unmapped = 0;
+	pid_t child = -1;
 
-	while ((c = getopt(argc, argv, "s:H:r:t:i:f:w:")) != -1) {
+	while ((c = getopt(argc, argv, "s:H:r:t:i:f:w:ku")) != -1) {
 		switch (c) {
 		case 's': region_mb = arg_ul(optarg, 2, 1UL << 20); break;
 		case 'H': hot_mb = arg_ul(optarg, 1, 1UL << 20); break;
@@ -178,6 +187,8 @@ int main(int argc, char **argv)
 		case 'i': rep.interval_ms = arg_ul(optarg, 50, 60000); break;
 		case 'f': fmem_node = arg_ul(optarg, 0, 1023); break;
 		case 'w': ready_file = optarg; break;
+		case 'k': fork_child = 1; break;
+		case 'u': unmap_half = 1; break;
 		default: usage();
 		}
 	}
@@ -197,6 +208,17 @@ int main(int argc, char **argv)
 		region[off / 8] = off;
 	signal(SIGTERM, on_term);
 	signal(SIGINT, on_term);
+	if (fork_child) {
+		child = fork();
+		if (child == 0) {
+			/* shares the region copy-on-write until the parent ends */
+			signal(SIGTERM, SIG_DFL);
+			signal(SIGINT, SIG_DFL);
+			while (getppid() != 1)
+				sleep(1);
+			_exit(0);
+		}
+	}
 
 	n_hot = hot_bytes / 8;
 	n_cold = (region_bytes - hot_bytes) / 8;
@@ -242,12 +264,35 @@ int main(int argc, char **argv)
 		}
 		u += 4096;
 		updates = u;
-		if ((u & ((1 << 16) - 1)) == 0 && now_ms() >= t_end)
-			break;
+		if ((u & ((1 << 16) - 1)) == 0) {
+			uint64_t t = now_ms();
+
+			if (t >= t_end)
+				break;
+			if (unmap_half && !unmapped &&
+			    t >= t_start + seconds * 500) {
+				/* drop the first half of the cold part */
+				size_t half = ((region_bytes - hot_bytes) / 2) &
+					      ~(PAGE - 1);
+
+				munmap(region, half);
+				region += half / 8;
+				region_bytes -= half;
+				n_cold = (region_bytes - hot_bytes) / 8;
+				unmapped = 1;
+				printf("{\"gups\":\"unmapped\",\"bytes\":%zu}\n",
+				       half);
+				fflush(stdout);
+			}
+		}
 	}
 	stop = 1;
 	pthread_join(th, NULL);
 	t_end = now_ms();
+	if (child > 0) {
+		kill(child, SIGTERM);
+		waitpid(child, NULL, 0);
+	}
 	printf("{\"gups\":\"done\",\"seconds\":%.1f,\"updates\":%llu,\"mups\":%.3f,"
 	       "\"hot_fmem_pct\":%.2f,\"cold_fmem_pct\":%.2f,"
 	       "\"fmem_access_pct\":%.2f,\"t60_ms\":%ld,\"t90_ms\":%ld}\n",

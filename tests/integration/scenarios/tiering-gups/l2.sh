@@ -268,11 +268,12 @@ fin=$(json_num "$ours_done" hot_fmem_pct)
 tb_check_ge "ours-final-hot-set-${MIN_PCT}pct-in-fmem" "${fin%.*}" "$MIN_PCT"
 fi
 
-# ---- phase 4: an automatic target (RSS >= 64 MiB), then unload while it
-# and the agent are running ----
+# ---- phase 4: an automatic target (RSS >= 64 MiB) that forks a child
+# sharing its region and unmaps half of its cold part half-way; then
+# unload while it and the agent are running ----
 if phase_on unload; then
 echo 64 >/sys/module/tiering/parameters/auto_rss_mb
-"$GUPS" -s 96 -H 16 -t 60 -i 1000 >/tmp/gups-unload.out 2>&1 &
+"$GUPS" -s 96 -H 16 -t 40 -i 1000 -k -u >/tmp/gups-unload.out 2>&1 &
 u_pid=$!
 tb_wait_line /tmp/gups-unload.out '"gups":"start"' 30
 # the worker looks every 2 s
@@ -283,7 +284,8 @@ auto_slot() {
     done
     return 1
 }
-if tb_wait_until 15 auto_slot; then
+auto_slot_q() { auto_slot >/dev/null; }
+if tb_wait_until 15 auto_slot_q; then
     u_slot=$(auto_slot)
     tb_pass auto-target-by-rss "pid $u_pid in slot $u_slot"
     tb_check_eq auto-target-flag 1 "$(awk '$1 == "auto" { print $2 }' "$SYS/targets/$u_slot/stats")"
@@ -298,6 +300,18 @@ if tb_wait_until 20 sh -c "[ \$(awk '\$1 == \"epoch\" { print \$2 }' $SYS/target
 else
     tb_fail unload-target-active "no 3 epochs in 20 s"
 fi
+# the target unmaps part of a managed range (at 20 s): keep going
+if tb_wait_line /tmp/gups-unload.out '"gups":"unmapped"' 40; then
+    e0=$(awk '$1 == "epoch" { print $2 }' "$SYS/targets/$u_slot/stats")
+    if tb_wait_until 15 sh -c "[ \$(awk '\$1 == \"epoch\" { print \$2 }' $SYS/targets/$u_slot/stats) -ge $((e0 + 3)) ]"; then
+        tb_pass target-survives-unmap "$(awk '$1 == "state" || $1 == "epoch" || $1 == "ranges" || $1 == "reloc_failed" { printf "%s=%s ", $1, $2 }' "$SYS/targets/$u_slot/stats")"
+    else
+        tb_fail target-survives-unmap "no 3 more epochs in 15 s after the unmap"
+    fi
+else
+    tb_fail target-survives-unmap "gups did not unmap: $(tail -n 2 /tmp/gups-unload.out)"
+fi
+tb_check_eq target-still-running-after-unmap running "$(cat "$SYS/targets/$u_slot/state")"
 tb_check rmmod-while-running rmmod tiering
 tb_check workload-survives-unload kill -0 "$u_pid"
 if tb_wait_until 10 sh -c "! kill -0 $AU_PID 2>/dev/null"; then
