@@ -17,6 +17,12 @@
  * demoted first, then as many hot SMem pages are promoted as left FMem,
  * plus what fits FMem's free headroom above a reserve.  FMem therefore
  * never grows beyond (free - reserve) and reclaim is never needed.
+ *
+ * After each round, and at least once a second, `run` also writes its
+ * totals to the balloon driver's guest_report file (demeter_balloon.ko),
+ * which forwards them to the host on the balloon's statistics queue
+ * (vendor tags 0x8000.., see report_to_host()).  Without that file (no
+ * balloon, another driver) nothing is reported.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -33,6 +39,7 @@
 #include "reloc.h"
 
 #define SYSFS		"/sys/kernel/tiering"
+#define GUEST_REPORT	"/sys/kernel/demeter_balloon/guest_report"
 #define PAGE		4096UL
 #define MAX_TARGETS	64
 #define MAX_IV		256
@@ -116,6 +123,14 @@ static long long stat_get(const char *buf, const char *key)
 			p++;
 	}
 	return -1;
+}
+
+/* stat_get, 0 for a missing or negative value. */
+static long long stat_nonneg(const char *buf, const char *key)
+{
+	long long v = stat_get(buf, key);
+
+	return v > 0 ? v : 0;
 }
 
 static int nr_targets(void)
@@ -586,11 +601,146 @@ static void on_term(int sig)
 	stop = 1;
 }
 
+/* Sum of N<node>=pages over /proc/PID/numa_maps. */
+static void numa_pages(long pid, long long *per_node, int max)
+{
+	char path[64], line[1024];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%ld/numa_maps", pid);
+	f = fopen(path, "r");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		char *p = line;
+
+		while ((p = strstr(p, " N"))) {
+			char *e;
+			long nid = strtol(p + 2, &e, 10);
+
+			if (*e == '=' && nid >= 0 && nid < max)
+				per_node[nid] += strtoll(e + 1, &e, 10);
+			p = e;
+		}
+	}
+	fclose(f);
+}
+
+/*
+ * Statistics tags of the balloon's vendor range (guest/kmod/balloon
+ * guest_report; named by devices/demeter_balloon/src/stats.rs).
+ */
+enum {
+	TAG_TARGETS = 0x8000,	/* running targets */
+	TAG_FMEM_PAGES,		/* their pages on FMem (numa_maps) */
+	TAG_SMEM_PAGES,		/* their pages on SMem */
+	TAG_PROMOTED,		/* pages promoted by this agent */
+	TAG_DEMOTED,		/* pages demoted */
+	TAG_FAILED,		/* pages whose move failed */
+	TAG_ROUNDS,		/* relocation rounds */
+	TAG_SAMPLES,		/* module: access samples */
+	TAG_SAMPLES_PER_S,	/* module: samples/s, running targets */
+	TAG_SOURCE,		/* 0 none, 1 abit, 2 pebs (best running target) */
+	TAG_EPOCHS,		/* module: classifier epochs */
+	TAG_AGENT_CPU_NS,	/* this agent's CPU time */
+	TAG_KERNEL_CPU_NS,	/* module worker's CPU time */
+};
+
+#define NUMA_REFRESH_MS	1000	/* numa_maps walks at most once a second */
+
+struct report_state {
+	int disabled;		/* the driver refused a report: stop trying */
+	uint64_t numa_ms;	/* last numa_maps walk */
+	unsigned long long fmem_pages, smem_pages;
+};
+
+/*
+ * Write the current totals to GUEST_REPORT in one write ("TAG VALUE"
+ * lines, all or nothing on the driver's side).  A missing file is normal.
+ */
+static void report_to_host(const struct agent_stats *as, int fmem, int smem,
+			   struct report_state *rs)
+{
+	char g[4096], path[128], src[32], buf[1024];
+	unsigned long long running = 0, source = 0;
+	int n = nr_targets(), i, fd, len;
+	uint64_t now = now_ms();
+	int numa = !rs->numa_ms || now - rs->numa_ms >= NUMA_REFRESH_MS;
+	ssize_t w;
+
+	if (rs->disabled || access(GUEST_REPORT, W_OK))
+		return;
+	if (read_file(SYSFS "/stats", g, sizeof(g)) < 0)
+		g[0] = 0;
+	if (numa) {
+		rs->fmem_pages = rs->smem_pages = 0;
+		rs->numa_ms = now;
+	}
+	for (i = 0; i < n && i < MAX_TARGETS; i++) {
+		long long pages[64] = { 0 };
+		long pid;
+
+		if (!target_running(i))
+			continue;
+		running++;
+		snprintf(path, sizeof(path), SYSFS "/targets/%d/source", i);
+		if (read_file(path, src, sizeof(src)) > 0) {
+			if (!strncmp(src, "pebs", 4))
+				source = 2;
+			else if (!strncmp(src, "abit", 4) && source < 1)
+				source = 1;
+		}
+		pid = target_pid(i);
+		if (!numa || pid <= 0)
+			continue;
+		numa_pages(pid, pages, 64);
+		if (fmem < 64)
+			rs->fmem_pages += (unsigned long long)pages[fmem];
+		if (smem < 64)
+			rs->smem_pages += (unsigned long long)pages[smem];
+	}
+	len = snprintf(buf, sizeof(buf),
+		       "%d %llu\n%d %llu\n%d %llu\n%d %llu\n%d %llu\n"
+		       "%d %llu\n%d %llu\n%d %llu\n%d %llu\n%d %llu\n"
+		       "%d %llu\n%d %llu\n%d %llu\n",
+		       TAG_TARGETS, running,
+		       TAG_FMEM_PAGES, rs->fmem_pages,
+		       TAG_SMEM_PAGES, rs->smem_pages,
+		       TAG_PROMOTED, as->promoted,
+		       TAG_DEMOTED, as->demoted,
+		       TAG_FAILED, as->failed,
+		       TAG_ROUNDS, as->rounds,
+		       TAG_SAMPLES, (unsigned long long)stat_nonneg(g, "samples"),
+		       TAG_SAMPLES_PER_S,
+		       (unsigned long long)stat_nonneg(g, "sample_rate"),
+		       TAG_SOURCE, source,
+		       TAG_EPOCHS, (unsigned long long)stat_nonneg(g, "epochs"),
+		       TAG_AGENT_CPU_NS, self_cpu_ns(),
+		       TAG_KERNEL_CPU_NS,
+		       (unsigned long long)stat_nonneg(g, "worker_cpu_ns"));
+	if (len <= 0 || (size_t)len >= sizeof(buf))
+		return;
+	fd = open(GUEST_REPORT, O_WRONLY);
+	if (fd < 0)
+		return;		/* the driver went away */
+	w = write(fd, buf, (size_t)len);
+	if (w < 0 && errno == EINVAL) {
+		/* an older driver or a tag it does not take: do not retry */
+		fprintf(stderr, "tiering-agent: %s refused the report: %s; "
+			"not reporting to the host\n", GUEST_REPORT,
+			strerror(errno));
+		rs->disabled = 1;
+	}
+	close(fd);
+}
+
 static int cmd_run(void)
 {
 	static struct target_state tstate[MAX_TARGETS];
 	struct agent_stats as = { 0 };
-	uint64_t t0 = now_ms(), next;
+	struct report_state rs = { 0 };
+	unsigned long long reported_rounds = 0;
+	uint64_t t0 = now_ms(), next, last_report = 0;
 	int fmem = (int)read_long(SYSFS "/fmem_node", -1);
 	int smem = (int)read_long(SYSFS "/smem_node", -1);
 	int i;
@@ -618,6 +768,12 @@ static int cmd_run(void)
 			if (target_running(i))
 				round_one(i, fmem, smem, &tstate[i], &as);
 		now = now_ms();
+		/* after a round, and at least once a second */
+		if (as.rounds != reported_rounds || now - last_report >= 1000) {
+			report_to_host(&as, fmem, smem, &rs);
+			reported_rounds = as.rounds;
+			last_report = now;
+		}
 		if (opt_duration_s && now - t0 >= opt_duration_s * 1000)
 			break;
 		next += opt_period_ms / 2;	/* poll twice per epoch */
@@ -633,31 +789,6 @@ static int cmd_run(void)
 	       as.promoted, as.demoted, as.failed, as.queried, self_cpu_ns(),
 	       (unsigned long long)(now_ms() - t0));
 	return 0;
-}
-
-/* Sum of N<node>=pages over /proc/PID/numa_maps. */
-static void numa_pages(long pid, long long *per_node, int max)
-{
-	char path[64], line[1024];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%ld/numa_maps", pid);
-	f = fopen(path, "r");
-	if (!f)
-		return;
-	while (fgets(line, sizeof(line), f)) {
-		char *p = line;
-
-		while ((p = strstr(p, " N"))) {
-			char *e;
-			long nid = strtol(p + 2, &e, 10);
-
-			if (*e == '=' && nid >= 0 && nid < max)
-				per_node[nid] += strtoll(e + 1, &e, 10);
-			p = e;
-		}
-	}
-	fclose(f);
 }
 
 static int cmd_stats(void)

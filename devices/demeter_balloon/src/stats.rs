@@ -14,6 +14,13 @@
 //!
 //! So the meaning of 10..=15 follows the negotiated features: with
 //! HETERO_MEM they are the per-tier tags, without it the standard ones.
+//!
+//! Tags `0x8000..=0x801f` are a vendor range for values the guest's user
+//! space reports through our driver (`guest/kmod/balloon`, sysfs
+//! `guest_report`): the tiering agent's statistics, named in
+//! [`GUEST_TAGS`] (the same with or without HETERO_MEM). A tag of that
+//! range with no name yet is treated as unknown.
+//!
 //! Any other tag is counted and ignored (never an error: the Demeter host
 //! rejected its own driver's tags).
 
@@ -55,6 +62,47 @@ pub const DEMETER_TIER_TAGS: [&str; 6] = [
     "smem_total",
 ];
 
+/// First tag of the guest-reported (vendor) range.
+pub const GUEST_TAG_BASE: u16 = 0x8000;
+/// Number of tags in the guest-reported range (`0x8000..=0x801f`).
+pub const GUEST_TAG_COUNT: u16 = 32;
+
+/// Names of the guest-reported tags, from [`GUEST_TAG_BASE`] on: the guest
+/// tiered-memory manager's statistics as `tiering-agent run` reports them
+/// (totals over the managed processes; cumulative counters since the
+/// agent started). The rest of the range is reserved.
+pub const GUEST_TAGS: [&str; 13] = [
+    // 0x8000: targets (processes) under management and running
+    "tiering_targets",
+    // 0x8001: pages of the running targets on the FMem node (numa_maps)
+    "tiering_fmem_pages",
+    // 0x8002: pages of the running targets on the SMem node
+    "tiering_smem_pages",
+    // 0x8003: 4 KiB pages the agent promoted to FMem
+    "tiering_promoted_pages",
+    // 0x8004: pages the agent demoted to SMem
+    "tiering_demoted_pages",
+    // 0x8005: pages whose move failed
+    "tiering_failed_pages",
+    // 0x8006: relocation rounds
+    "tiering_rounds",
+    // 0x8007: access samples taken (module, all targets)
+    "tiering_samples",
+    // 0x8008: samples per second, last epoch (running targets)
+    "tiering_samples_per_s",
+    // 0x8009: sampling source: 0 none, 1 accessed bits, 2 PEBS
+    "tiering_source",
+    // 0x800a: classifier epochs (module)
+    "tiering_epochs",
+    // 0x800b: CPU time of the agent (user + system)
+    "tiering_agent_cpu_ns",
+    // 0x800c: CPU time of the module's worker thread
+    "tiering_kernel_cpu_ns",
+];
+
+/// Tag of `tiering_promoted_pages`.
+pub const TAG_TIERING_PROMOTED: u16 = GUEST_TAG_BASE + 3;
+
 /// Tag of the FMem free-bytes entry (Demeter).
 pub const TAG_FMEM_FREE: u16 = 11;
 /// Tag of the FMem total-bytes entry (Demeter).
@@ -72,7 +120,10 @@ pub fn tag_name(tag: u16, hetero: bool) -> Option<&'static str> {
         0..=9 => Some(COMMON_TAGS[t]),
         10..=15 if hetero => Some(DEMETER_TIER_TAGS[t - 10]),
         10..=15 => Some(STANDARD_EXTRA_TAGS[t - 10]),
-        _ => None,
+        _ => tag
+            .checked_sub(GUEST_TAG_BASE)
+            .filter(|&i| i < GUEST_TAG_COUNT)
+            .and_then(|i| GUEST_TAGS.get(usize::from(i)).copied()),
     }
 }
 
@@ -131,6 +182,56 @@ mod tests {
         assert_eq!(tag_name(TAG_SMEM_TOTAL, true), Some("smem_total"));
         assert_eq!(tag_name(16, true), None);
         assert_eq!(tag_name(u16::MAX, false), None);
+    }
+
+    #[test]
+    fn guest_tags_are_named_on_both_wires() {
+        for hetero in [false, true] {
+            assert_eq!(tag_name(0x8000, hetero), Some("tiering_targets"));
+            assert_eq!(
+                tag_name(TAG_TIERING_PROMOTED, hetero),
+                Some("tiering_promoted_pages")
+            );
+            assert_eq!(tag_name(0x8009, hetero), Some("tiering_source"));
+            assert_eq!(tag_name(0x800c, hetero), Some("tiering_kernel_cpu_ns"));
+            // Reserved part of the range, and just outside it: unknown.
+            assert_eq!(tag_name(0x800d, hetero), None);
+            assert_eq!(tag_name(0x801f, hetero), None);
+            assert_eq!(tag_name(0x7fff, hetero), None);
+            assert_eq!(tag_name(0x8020, hetero), None);
+        }
+        assert!(GUEST_TAGS.len() <= usize::from(GUEST_TAG_COUNT));
+        // Names are unique and never collide with the other tables.
+        let mut all: Vec<&str> = COMMON_TAGS
+            .iter()
+            .chain(&STANDARD_EXTRA_TAGS)
+            .chain(&DEMETER_TIER_TAGS)
+            .chain(&GUEST_TAGS)
+            .copied()
+            .collect();
+        let n = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), n);
+    }
+
+    #[test]
+    fn guest_tags_parse_and_name() {
+        let mut b = vec![];
+        for (t, v) in [(0x8003u16, 1234u64), (0x800b, u64::MAX), (0x8015, 7)] {
+            b.extend_from_slice(&t.to_le_bytes());
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        let mut g = GuestStats::default();
+        for e in parse_entries(&b) {
+            if tag_name(e.tag, true).is_some() {
+                g.by_tag.insert(e.tag, e.val);
+            }
+        }
+        let named = g.named(true);
+        assert_eq!(named["tiering_promoted_pages"], 1234);
+        assert_eq!(named["tiering_agent_cpu_ns"], u64::MAX);
+        assert_eq!(named.len(), 2, "the reserved tag is not kept");
     }
 
     #[test]

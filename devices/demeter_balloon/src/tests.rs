@@ -485,6 +485,39 @@ fn stock_driver_tags_10_to_15_keep_their_standard_names() {
 }
 
 #[test]
+fn guest_reported_tags_reach_stats_and_counters_by_name() {
+    for (feat, q_stats) in [(F_HETERO | F_STATS, 2), (F_STATS, 2)] {
+        let env = Env::new();
+        let (b, mut d, mut h, _) = start(&env, hetero_config(), feat);
+        d.post_bytes(
+            q_stats,
+            &stats_buf(&[
+                (4, 77),
+                (0x8000, 1),
+                (0x8003, 4096),
+                (0x8009, 2),
+                (0x800c, 123_456_789),
+                (0x801f, 5), // reserved: unknown
+                (0x8020, 6), // outside the range: unknown
+                (0x7fff, 7), // outside the range: unknown
+            ]),
+        );
+        h.process_queue(q_stats);
+        let s = b.stats();
+        assert_eq!(s.guest["free_memory"], 77);
+        assert_eq!(s.guest["tiering_targets"], 1);
+        assert_eq!(s.guest["tiering_promoted_pages"], 4096);
+        assert_eq!(s.guest["tiering_source"], 2);
+        assert_eq!(s.guest["tiering_kernel_cpu_ns"], 123_456_789);
+        assert_eq!(s.guest.len(), 5);
+        let c = b.counters();
+        assert_eq!(c["unknown_stat_tags"], 3);
+        assert_eq!(c["stat_tiering_promoted_pages"], 4096);
+        assert_eq!(c["stat_tiering_source"], 2);
+    }
+}
+
+#[test]
 fn without_hetero_the_single_balloon_takes_pages_from_both_tiers() {
     let env = Env::new();
     let (b, mut d, mut h, _) = start(&env, BalloonConfig::default(), 0);

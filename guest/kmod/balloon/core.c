@@ -686,6 +686,7 @@ static int dmb_probe(struct virtio_device *vdev)
 	dmb->vdev = vdev;
 	dmb->ops = &dmb_virtio_ops;
 	spin_lock_init(&dmb->stop_lock);
+	spin_lock_init(&dmb->guest_lock);
 	INIT_WORK(&dmb->stats_work, dmb_stats_work);
 	dmb->hetero = virtio_has_feature(vdev, VIRTIO_BALLOON_F_HETERO_MEM);
 	dmb->deflate_on_oom = virtio_has_feature(vdev,

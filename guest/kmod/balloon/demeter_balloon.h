@@ -61,7 +61,19 @@ struct dmb_config {
 #define DMB_S_SMEM_ACCESS	13	/* reserved, not sent */
 #define DMB_S_SMEM_FREE		14	/* bytes free on the SMem node */
 #define DMB_S_SMEM_TOTAL	15	/* bytes managed on the SMem node */
-#define DMB_STATS_MAX		16
+
+/*
+ * Guest-reported tags: a vendor range that user space (the tiering agent)
+ * fills through /sys/kernel/demeter_balloon/guest_report.  The driver keeps
+ * the latest value per tag and appends every tag ever written to each
+ * stats buffer.  The host names them (devices/demeter_balloon/src/stats.rs);
+ * the driver does not interpret them.
+ */
+#define DMB_S_GUEST_BASE	0x8000
+#define DMB_S_GUEST_NR		32	/* tags 0x8000..0x801f */
+
+/* Standard + per-tier (at most 16) plus every guest-reported tag. */
+#define DMB_STATS_MAX		(16 + DMB_S_GUEST_NR)
 
 enum dmb_tier_id {
 	DMB_FMEM,
@@ -141,6 +153,16 @@ struct dmb_dev {
 	struct virtio_balloon_stat stats[DMB_STATS_MAX];
 	unsigned long nr_stats_sent;
 
+	/*
+	 * Guest-reported values (guest_report): guest_lock guards
+	 * guest_val/guest_mask against the sysfs writer; the stats work
+	 * copies them under it.
+	 */
+	spinlock_t guest_lock;
+	u32 guest_mask;			/* bit i: tag DMB_S_GUEST_BASE + i set */
+	u64 guest_val[DMB_S_GUEST_NR];
+	unsigned long nr_guest_reports;	/* accepted writes */
+
 	struct kobject *kobj;		/* /sys/kernel/demeter_balloon */
 };
 
@@ -160,6 +182,9 @@ int dmb_oom_order(bool hetero, unsigned int fmem_pages,
 
 /* stats.c */
 unsigned int dmb_fill_stats(struct dmb_dev *dmb);
+int dmb_parse_guest_report(const char *buf, size_t len,
+			   u64 val[DMB_S_GUEST_NR], u32 *mask);
+int dmb_guest_report(struct dmb_dev *dmb, const char *buf, size_t len);
 void dmb_node_mem(int nid, unsigned long *free_pages,
 		  unsigned long *managed_pages);
 

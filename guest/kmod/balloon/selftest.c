@@ -16,6 +16,7 @@
 #include <linux/gfp.h>
 #include <linux/list.h>
 #include <linux/slab.h>
+#include <linux/string.h>
 #include <linux/memory_hotplug.h>
 #include <linux/virtio.h>
 #include <linux/virtio_config.h>
@@ -365,12 +366,76 @@ static void dmb_test_fake_host(struct dmb_st *st)
 	kfree(f);
 }
 
+struct dmb_report_case {
+	const char *in;
+	int err;
+	u32 mask;		/* expected on success */
+	unsigned int idx;	/* ... and val[idx] == v */
+	u64 v;
+};
+
+static const struct dmb_report_case dmb_report_cases[] = {
+	{ "32768 5\n", 0, BIT(0), 0, 5 },
+	{ "32799 18446744073709551615", 0, BIT(31), 31, U64_MAX },
+	{ "32770 1\n32771 2\n32770 3\n", 0, BIT(2) | BIT(3), 2, 3 },
+	{ "32768 1\n\n32769 0\n", 0, BIT(0) | BIT(1), 1, 0 },
+	{ "", -EINVAL },
+	{ "\n", -EINVAL },
+	{ "32767 1\n", -EINVAL },			/* below the range */
+	{ "32800 1\n", -EINVAL },			/* above the range */
+	{ "65536 1\n", -EINVAL },			/* not a u16 */
+	{ "0 1\n", -EINVAL },				/* a standard tag */
+	{ "0x8000 1\n", -EINVAL },			/* decimal only */
+	{ "32768 18446744073709551616\n", -EINVAL },	/* not a u64 */
+	{ "32768 -1\n", -EINVAL },
+	{ "32768 +1\n", -EINVAL },
+	{ "32768  1\n", -EINVAL },			/* two spaces */
+	{ "32768 1 2\n", -EINVAL },
+	{ "32768\n", -EINVAL },
+	{ "32768 \n", -EINVAL },
+	{ " 32768 1\n", -EINVAL },
+	{ "32768 1\r\n", -EINVAL },
+	{ "32768 1\nbad\n", -EINVAL },		/* all or nothing */
+};
+
+static void dmb_test_guest_report(struct dmb_st *st)
+{
+	int i;
+
+	for (i = 0; i < ARRAY_SIZE(dmb_report_cases); i++) {
+		const struct dmb_report_case *c = &dmb_report_cases[i];
+		u64 val[DMB_S_GUEST_NR] = { };
+		u32 mask = 0;
+		int err = dmb_parse_guest_report(c->in, strlen(c->in), val,
+						 &mask);
+		bool ok = err == c->err &&
+			  (err || (mask == c->mask && val[c->idx] == c->v));
+
+		if (!ok)
+			pr_info(DMB_NAME ": selftest: guest_report case %d: err %d mask %#x\n",
+				i, err, mask);
+		dmb_check(st, ok, "guest_report parser");
+	}
+	/* An embedded NUL is not a terminator. */
+	{
+		static const char nul[] = { '3', '2', '7', '6', '8', ' ', '1',
+					    '\0', '2' };
+		u64 val[DMB_S_GUEST_NR];
+		u32 mask;
+
+		dmb_check(st, dmb_parse_guest_report(nul, sizeof(nul), val,
+						     &mask) == -EINVAL,
+			  "guest_report parser: embedded NUL");
+	}
+}
+
 int dmb_selftest(void)
 {
 	struct dmb_st st = { };
 
 	dmb_test_pick(&st);
 	dmb_test_policy(&st);
+	dmb_test_guest_report(&st);
 	dmb_test_alloc(&st);
 	dmb_test_fake_host(&st);
 	pr_info(DMB_NAME ": selftest: %d passed, %d failed\n",

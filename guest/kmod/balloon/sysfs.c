@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Demeter double balloon: read-only sysfs view, one value per file.
+ * Demeter double balloon: sysfs view, one value per file.
  *
- *   /sys/kernel/demeter_balloon/{hetero_mem,deflate_on_oom,stats_vq,stats_sent}
+ *   /sys/kernel/demeter_balloon/{hetero_mem,deflate_on_oom,stats_vq,stats_sent,
+ *        guest_reports}
+ *   /sys/kernel/demeter_balloon/guest_report   (0200, write-only)
  *   /sys/kernel/demeter_balloon/{fmem,smem}/{node,active,size_pages,
  *        target_pages,requested_pages,alloc_failures,oom_freed_pages,
  *        migrated_pages}
  *
- * Page counts are in 4 KiB units, as on the wire.  Nothing is writable:
- * the host owns the targets.  Files are 0400 (root only, like DAMON's
- * 0600 minus write).
+ * Page counts are in 4 KiB units, as on the wire.  The host owns the
+ * targets, so nothing about the balloon is writable; the one writable file,
+ * guest_report, takes "TAG VALUE" lines that the driver forwards to the
+ * host in its stats buffers (stats.c).  Read-only files are 0400 (root
+ * only, like DAMON's 0600 minus write).
  */
 #include <linux/kobject.h>
 #include <linux/sysfs.h>
@@ -77,12 +81,28 @@ DMB_TOP_ATTR(hetero_mem, "%d", dmb->hetero ? 1 : 0);
 DMB_TOP_ATTR(deflate_on_oom, "%d", dmb->deflate_on_oom ? 1 : 0);
 DMB_TOP_ATTR(stats_vq, "%d", dmb->stats_vq ? 1 : 0);
 DMB_TOP_ATTR(stats_sent, "%lu", READ_ONCE(dmb->nr_stats_sent));
+DMB_TOP_ATTR(guest_reports, "%lu", READ_ONCE(dmb->nr_guest_reports));
+
+static ssize_t top_guest_report_store(struct kobject *kobj,
+				      struct kobj_attribute *attr,
+				      const char *buf, size_t count)
+{
+	struct dmb_dev *dmb =
+		container_of(kobj, struct dmb_top_kobj, kobj)->dmb;
+	int err = dmb_guest_report(dmb, buf, count);
+
+	return err ? err : count;
+}
+static struct kobj_attribute top_guest_report_attr =
+	__ATTR(guest_report, 0200, NULL, top_guest_report_store);
 
 static struct attribute *dmb_top_attrs[] = {
 	&top_hetero_mem_attr.attr,
 	&top_deflate_on_oom_attr.attr,
 	&top_stats_vq_attr.attr,
 	&top_stats_sent_attr.attr,
+	&top_guest_reports_attr.attr,
+	&top_guest_report_attr.attr,
 	NULL,
 };
 ATTRIBUTE_GROUPS(dmb_top);

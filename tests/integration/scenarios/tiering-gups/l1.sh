@@ -5,7 +5,13 @@
 # guest run l2.sh: GUPS hotset with no tiering, with Linux's tiering
 # (numa_balancing=2 + demotion) and with tiering.ko + tiering-agent, plus
 # the module's robustness checks. The verdict is the guest's; the L1 side
-# checks that the VMM ran the guest to the end and exited cleanly.
+# checks that the VMM ran the guest to the end and exited cleanly, and that
+# the agent's statistics reached the host API: the VM has a double balloon
+# (size [0,0], statistics on), the guest loads demeter_balloon.ko, the
+# agent writes its totals to the driver's guest_report file, and the driver
+# forwards them on the stats queue (vendor tags 0x8000..); a poller here
+# records GET vm.balloon-stats every 3 s and the check wants
+# tiering_promoted_pages > 0 in one of them.
 # shellcheck source=../../lib/common.sh
 . "$TB_LIB/common.sh"
 # shellcheck source=../../lib/l1.sh
@@ -15,7 +21,15 @@ tb_begin l1
 [ -x "$TB_VMM" ] || tb_skip "no VMM binary at $TB_VMM (cargo build of cloud-hypervisor failed or was skipped)"
 [ "$(tb_node_count)" -ge 2 ] || tb_skip "the host has fewer than two NUMA nodes"
 
-trap 'tb_vmm_stop' EXIT
+POLL_PID=""
+stop_poller() {
+    [ -n "$POLL_PID" ] || return 0
+    kill "$POLL_PID" 2>/dev/null
+    wait "$POLL_PID" 2>/dev/null
+    POLL_PID=""
+}
+trap 'stop_poller; tb_vmm_stop' EXIT
+rm -f "$TB_API_SOCK"
 
 # Shorter phases than under --l2-in-qemu: the whole scenario must stay
 # within its timeout with the VMM boot included.
@@ -31,7 +45,22 @@ tb_vmm_start --kernel "$TB_L2_KERNEL" --initramfs "$TB_L2_INITRD" \
     --memory-zone id=fmem,size=512M,host_numa_node=0 id=smem,size=1G,host_numa_node=1 \
     --numa 'guest_numa_id=0,cpus=[0-1],distances=[1@25],memory_zones=fmem,latency_ns=80,bandwidth_mbps=20000' \
     'guest_numa_id=1,distances=[0@25],memory_zones=smem,latency_ns=200,bandwidth_mbps=8000' \
+    --balloon 'size=[0,0],statistics=on,heterogeneous_memory=on' \
+    --api-socket "path=$TB_API_SOCK" \
     --serial tty --console off
+
+# The host's view of the guest's statistics, every 3 s while the VM runs:
+# "<ms> <balloon-stats JSON on one line>" per line.
+BSTATS=$TB_OUT/balloon-stats.log
+: >"$BSTATS"
+(
+    while tb_vmm_alive; do
+        _s=$(tb_chr balloon-stats 2>/dev/null | tr -d ' \n')
+        [ -n "$_s" ] && echo "$(tb_now_ms) $_s" >>"$BSTATS"
+        sleep 3
+    done
+) &
+POLL_PID=$!
 
 budget=$((${TB_TIMEOUT:-300} - 40))
 tb_vmm_wait_line '@@TB-L2 INIT' 90
@@ -57,7 +86,11 @@ case $st in
 1) tb_fail "l2-reached-init" "no @@TB-L2 INIT within 90 s" ;;
 2) tb_fail "l2-reached-init" "the VMM exited before the L2 /init ran" ;;
 esac
-[ "$st" -eq 0 ] && tb_vmm_alive && tb_vmm_send tb-ack
+if [ "$st" -eq 0 ] && tb_vmm_alive; then
+    tb_chr counters 2>/dev/null | tr -d ' \n' >"$TB_OUT/counters.json"
+    tb_vmm_send tb-ack
+fi
+stop_poller
 
 tb_vmm_wait_exit 60
 tb_fact vmm_exit_code "$TB_VMM_RC"
@@ -72,6 +105,42 @@ case $l2 in
 *) tb_fail "l2-checks-passed" "L2 reported failure (see its JSON)" ;;
 esac
 tb_check_eq "l2-scenario-rc-0" 0 "$l2rc"
+
+# The agent's statistics on the host API (GET vm.balloon-stats "stats").
+num_of() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"; }
+best=0
+best_line=""
+while read -r _ms _json; do
+    _v=$(printf '%s\n' "$_json" | num_of tiering_promoted_pages)
+    if [ -n "$_v" ] && [ "$_v" -gt "$best" ]; then
+        best=$_v
+        best_line=$_json
+    fi
+done <"$BSTATS"
+polls=$(wc -l <"$BSTATS")
+tb_fact balloon_stats_polls "$polls"
+tb_check_ge "host-got-balloon-stats" "$polls" 1
+if grep -q '"tiering_targets"' "$BSTATS"; then
+    tb_pass "host-sees-tiering-stats" "$(grep -c '"tiering_targets"' "$BSTATS") of $polls polls"
+else
+    tb_fail "host-sees-tiering-stats" "no tiering_* entry in $polls polls of vm.balloon-stats"
+fi
+tb_check_ge "host-tiering-promoted-pages>0" "$best" 1
+if [ -n "$best_line" ]; then
+    # the guest's tiering entries of the poll with the most promotions
+    tiering=$(printf '%s\n' "$best_line" | grep -o '"tiering_[a-z_]*":[0-9]*' | tr '\n' ',' | sed 's/,$//')
+    tb_fact host_tiering_stats "{$tiering}"
+    echo "host vm.balloon-stats (tiering entries, most promotions): {$tiering}"
+    # sampling source, rate and CPU time were non-zero at some poll
+    for k in tiering_source tiering_samples_per_s tiering_agent_cpu_ns tiering_kernel_cpu_ns; do
+        tb_check_ge "host-$k>0" "$(num_of "$k" <"$BSTATS" | sort -n | tail -n 1)" 1
+    done
+fi
+if grep -q '"stat_tiering_rounds"' "$TB_OUT/counters.json" 2>/dev/null; then
+    tb_pass "host-counters-have-stat_tiering"
+else
+    tb_fail "host-counters-have-stat_tiering" "no stat_tiering_rounds in vm.counters"
+fi
 
 echo "--- guest serial console (tail; full log: serial.log) ---"
 tb_show_tail "$TB_VMM_SERIAL" 60 'L2| '

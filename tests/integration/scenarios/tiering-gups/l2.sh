@@ -134,6 +134,22 @@ fi
 
 # ---- phase 3: ours ----
 dmesg_lines=$(dmesg | wc -l)
+
+# The double balloon, when the VM has one (our VMM; not --l2-in-qemu): the
+# agent reports its statistics to the host through its guest_report file.
+BAL=/sys/kernel/demeter_balloon
+if grep -qx 0x0005 /sys/bus/virtio/devices/*/device 2>/dev/null && [ -e /tb/kmod/demeter_balloon.ko ]; then
+    tb_check insmod-demeter_balloon insmod /tb/kmod/demeter_balloon.ko
+    tb_check balloon-guest-report-present test -e "$BAL/guest_report"
+    try_write guest-report-tag-below-EINVAL "invalid argument" "32767 1" "$BAL/guest_report"
+    try_write guest-report-tag-above-EINVAL "invalid argument" "32800 1" "$BAL/guest_report"
+    try_write guest-report-bad-value-EINVAL "invalid argument" "32768 x" "$BAL/guest_report"
+    try_write guest-report-no-value-EINVAL "invalid argument" "32768" "$BAL/guest_report"
+    tb_check guest-report-accepts sh -c "printf '32768 0\n32771 0\n' > $BAL/guest_report"
+    tb_check_ge guest-reports-counted "$(cat "$BAL/guest_reports" 2>/dev/null)" 1
+else
+    tb_fact_str balloon "no virtio-balloon device: the agent reports nothing"
+fi
 tb_check insmod-tiering insmod "$KO"
 tb_check sysfs-present test -d "$SYS/targets"
 echo "sampler: $(tr '\n' ' ' <"$SYS/sampler")| pebs: $(cat "$SYS/pebs")"
@@ -256,6 +272,13 @@ on_end_ours() {
     echo "--- agent log (tail) ---"
     tb_show_tail "$AG_OUT" 15 'A| '
     tb_check_eq target-exited-after-workload exited "$(cat "$SYS/targets/0/state" 2>/dev/null)"
+    if [ -e "$BAL/guest_reports" ]; then
+        gr=$(cat "$BAL/guest_reports")
+        tb_fact balloon_guest_reports "$gr"
+        tb_fact balloon_stats_sent "$(cat "$BAL/stats_sent")"
+        # the agent reports after each round and at least once a second
+        tb_check_ge agent-reported-to-balloon "$gr" $((RUN_S / 2))
+    fi
 }
 if phase_on ours; then
 run_phase ours "$RUN_S" && tb_pass ours-phase-ran
