@@ -13,11 +13,18 @@ TB_L1_BOOTS=0
 TB_L1_BOOT_TIMEOUT=${TB_L1_BOOT_TIMEOUT:-180} # L1 reaches its /init
 TB_HANG_GRACE=${TB_HANG_GRACE:-60}            # L1 init enforces timeouts; beyond this L1 is hung
 
+# TCG threading: "multi" runs each emulated CPU on its own host thread;
+# "single" runs them round-robin on one, which rules out the cross-CPU
+# code-modification races described in docs/testbed.md, at a speed cost.
+TB_TCG_THREAD=${TB_TCG_THREAD:-multi}
+[[ $TB_TCG_THREAD == multi || $TB_TCG_THREAD == single ]] ||
+    tb_die "$TB_EXIT_USAGE" "TB_TCG_THREAD must be multi or single"
+
 # L1 QEMU machine: node 0 = 2 CPUs + 4 GiB, node 1 = memory-only 2 GiB,
 # HMAT makes node 1 the slower tier (latency ns, bandwidth bytes/s).
 # shellcheck disable=SC2054 # commas belong to QEMU option values
 TB_L1_QEMU_ARGS=(
-    -accel tcg,thread=multi -M pc,hmat=on -cpu EPYC -smp 2 -m 6G
+    -accel "tcg,thread=$TB_TCG_THREAD" -M pc,hmat=on -cpu EPYC -smp 2 -m 6G
     -object memory-backend-ram,id=m0,size=4G
     -object memory-backend-ram,id=m1,size=2G
     -numa node,nodeid=0,cpus=0-1,memdev=m0,initiator=0
@@ -32,7 +39,7 @@ TB_L1_QEMU_ARGS=(
 # L2 under QEMU (--l2-in-qemu): resembles numa-boot's VMM configuration.
 # shellcheck disable=SC2054
 TB_L2_QEMU_ARGS=(
-    -accel tcg,thread=multi -M pc,hmat=on -cpu EPYC -smp 2 -m 1536M
+    -accel "tcg,thread=$TB_TCG_THREAD" -M pc,hmat=on -cpu EPYC -smp 2 -m 1536M
     -object memory-backend-ram,id=m0,size=512M
     -object memory-backend-ram,id=m1,size=1G
     -numa node,nodeid=0,cpus=0-1,memdev=m0,initiator=0
@@ -277,12 +284,13 @@ tb_boot_l1() {
 
 # An L2 guest that triple-faults is reported, never hidden; but nested SVM
 # under QEMU TCG has shown intermittent L2 crashes at random points of the
-# boot (also before this check existed, and with no device involved), so a
-# scenario that FAILed with the VMM reporting a guest triple fault is run
-# once more in a second L1 boot. Its first run's output is kept in
-# <run>/<scenario>.boot1, the summary note and TB_GUEST_CRASHES say so.
+# boot (also with no device involved), so a scenario that FAILed with the
+# VMM reporting a guest triple fault is run once more in another L1 boot.
+# Its first run's output is kept in <run>/<scenario>.boot<N>; the summary
+# note and TB_GUEST_CRASHES say so. Each kind of retry (L1-level failure,
+# guest crash) is used at most once per run.
 TB_GUEST_CRASHES=()
-tb_retry_guest_crashes() { # ATTEMPT SCENARIO...: sets TB_CRASHED; 0 = retry
+tb_find_guest_crashes() { # ATTEMPT SCENARIO...: sets TB_CRASHED
     local attempt=$1 s
     shift
     TB_CRASHED=()
@@ -292,45 +300,46 @@ tb_retry_guest_crashes() { # ATTEMPT SCENARIO...: sets TB_CRASHED; 0 = retry
         TB_CRASHED+=("$s")
         TB_GUEST_CRASHES+=("boot $attempt: $s")
     done
-    ((${#TB_CRASHED[@]})) || return 1
-    ((RETRY && attempt == 1)) || return 1
-    (($(tb_host_ms) < TB_OVERALL_DEADLINE - 120000)) || return 1
-    tb_warn "the L2 guest triple-faulted in: ${TB_CRASHED[*]}; re-running them ONCE in L1 boot 2 (reported in the summary)"
-    for s in "${TB_CRASHED[@]}"; do
-        rm -rf "$RUN_DIR/$s.boot1"
-        mv "$RUN_DIR/$s" "$RUN_DIR/$s.boot1"
-        TB_NOTE[$s]="retried: the L2 guest triple-faulted in boot 1, evidence in $s.boot1"
-        unset "TB_RESULT[$s]"
-    done
-    return 0
 }
 
 tb_run_nested() {
-    local attempt=1 s next=()
+    local attempt=1 s next=() retry=() l1_retried=0 crash_retried=0 l1_ok
     local todo=("$@")
     while :; do
-        if tb_boot_l1 "$attempt" "${todo[@]}"; then
-            tb_retry_guest_crashes "$attempt" "${todo[@]}" || break
-            attempt=2
-            todo=("${TB_CRASHED[@]}")
-            continue
-        fi
+        l1_ok=1
+        tb_boot_l1 "$attempt" "${todo[@]}" || l1_ok=0
         next=()
-        for s in "${todo[@]}"; do
-            case ${TB_RESULT[$s]:-} in L1-FAIL | NOT-RUN | '') next+=("$s") ;; esac
-        done
-        ((${#next[@]})) || break
-        if ((RETRY && attempt == 1)) && (($(tb_host_ms) < TB_OVERALL_DEADLINE - 60000)); then
-            tb_warn "L1-level failure: re-booting L1 ONCE (boot 2) for: ${next[*]}"
+        if ((!l1_ok)); then
+            for s in "${todo[@]}"; do
+                case ${TB_RESULT[$s]:-} in L1-FAIL | NOT-RUN | '') next+=("$s") ;; esac
+            done
+        fi
+        tb_find_guest_crashes "$attempt" "${todo[@]}"
+        retry=()
+        (($(tb_host_ms) < TB_OVERALL_DEADLINE - 120000)) && ((RETRY)) || break
+        if ((${#next[@]} && !l1_retried)); then
+            l1_retried=1
+            tb_warn "L1-level failure: re-booting L1 (boot $((attempt + 1))) for: ${next[*]}"
             for s in "${next[@]}"; do
-                TB_NOTE[$s]="retried after L1-level failure in boot 1"
+                TB_NOTE[$s]="retried after L1-level failure in boot $attempt"
                 unset "TB_RESULT[$s]"
             done
-            attempt=2
-            todo=("${next[@]}")
-            continue
+            retry+=("${next[@]}")
         fi
-        break
+        if ((${#TB_CRASHED[@]} && !crash_retried)); then
+            crash_retried=1
+            tb_warn "the L2 guest triple-faulted in: ${TB_CRASHED[*]}; re-running them ONCE in L1 boot $((attempt + 1)) (reported in the summary)"
+            for s in "${TB_CRASHED[@]}"; do
+                rm -rf "$RUN_DIR/$s.boot$attempt"
+                mv "$RUN_DIR/$s" "$RUN_DIR/$s.boot$attempt"
+                TB_NOTE[$s]="retried: the L2 guest triple-faulted in boot $attempt, evidence in $s.boot$attempt"
+                unset "TB_RESULT[$s]"
+            done
+            retry+=("${TB_CRASHED[@]}")
+        fi
+        ((${#retry[@]})) || break
+        attempt=$((attempt + 1))
+        todo=("${retry[@]}")
     done
 }
 

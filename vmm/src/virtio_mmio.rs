@@ -48,6 +48,33 @@ impl VirtioMmioAllocator {
     }
 }
 
+/// The VM's virtio devices and the MMIO bus they sit on.
+#[derive(Default)]
+pub struct VirtioMmioDevices {
+    /// The MMIO bus (handed to the vCPUs).
+    pub bus: Bus,
+    /// Every device, for shutdown.
+    pub devices: Vec<Arc<Mutex<dyn VirtioDevice>>>,
+    /// What the DSDT describes.
+    pub descs: Vec<VirtioMmioDesc>,
+    alloc: VirtioMmioAllocator,
+}
+
+impl VirtioMmioDevices {
+    /// Attaches `device` (see [`attach`]) and keeps it.
+    pub fn add(
+        &mut self,
+        vm_fd: &VmFd,
+        mem: &devices::virtio::GuestMemoryMmap,
+        device: Arc<Mutex<dyn VirtioDevice>>,
+    ) -> Result<(), VmError> {
+        let desc = attach(vm_fd, &mut self.bus, &mut self.alloc, mem, device.clone())?;
+        self.descs.push(desc);
+        self.devices.push(device);
+        Ok(())
+    }
+}
+
 /// Wires `device` into the VM: a transport on `mmio_bus`, its irqfd and its
 /// queue ioeventfds. Returns what the DSDT must describe.
 pub fn attach(

@@ -18,7 +18,7 @@ use vmm_sys_util::eventfd::EventFd;
 
 use crate::cpu::{VcpuContext, VcpuExitReason, VcpuManager};
 use crate::memory::MemoryManager;
-use crate::virtio_mmio::VirtioMmioAllocator;
+use crate::virtio_mmio::VirtioMmioDevices;
 
 /// Errors while building or booting a VM.
 #[derive(Debug, thiserror::Error)]
@@ -189,23 +189,12 @@ impl Vm {
             .map_err(dev_err)?;
 
         // Virtio devices on the MMIO bus.
-        let mut mmio_bus = Bus::new();
-        let mut mmio_alloc = VirtioMmioAllocator::default();
-        let mut virtio_devices: Vec<Arc<Mutex<dyn VirtioDevice>>> = Vec::new();
-        let mut virtio_mmio = Vec::new();
+        let mut virtio = VirtioMmioDevices::default();
         let mut balloon = None;
         if let Some(cfg) = &config.balloon {
             let dev = crate::balloon::create(config, cfg, &memory)?;
             balloon = Some(dev.handle());
-            let dev: Arc<Mutex<dyn VirtioDevice>> = Arc::new(Mutex::new(dev));
-            virtio_mmio.push(crate::virtio_mmio::attach(
-                &vm_fd,
-                &mut mmio_bus,
-                &mut mmio_alloc,
-                mem,
-                dev.clone(),
-            )?);
-            virtio_devices.push(dev);
+            virtio.add(&vm_fd, mem, Arc::new(Mutex::new(dev)))?;
         }
         let rng = devices::virtio::Rng::new(&config.rng.src).map_err(|e| {
             VmError::Config(format!(
@@ -214,15 +203,13 @@ impl Vm {
             ))
         })?;
         let rng_metrics = rng.metrics();
-        let rng: Arc<Mutex<dyn VirtioDevice>> = Arc::new(Mutex::new(rng));
-        virtio_mmio.push(crate::virtio_mmio::attach(
-            &vm_fd,
-            &mut mmio_bus,
-            &mut mmio_alloc,
-            mem,
-            rng.clone(),
-        )?);
-        virtio_devices.push(rng);
+        virtio.add(&vm_fd, mem, Arc::new(Mutex::new(rng)))?;
+        let VirtioMmioDevices {
+            bus: mmio_bus,
+            devices: virtio_devices,
+            descs: virtio_mmio,
+            ..
+        } = virtio;
 
         // Payload.
         let loaded = arch::boot::load_kernel(mem, kernel)?;
