@@ -20,13 +20,14 @@ TB_TCG_THREAD=${TB_TCG_THREAD:-multi}
 [[ $TB_TCG_THREAD == multi || $TB_TCG_THREAD == single ]] ||
     tb_die "$TB_EXIT_USAGE" "TB_TCG_THREAD must be multi or single"
 
-# L1 QEMU machine: node 0 = 2 CPUs + 4 GiB, node 1 = memory-only 2 GiB,
+# L1 QEMU machine: node 0 = 2 CPUs + 4 GiB, node 1 = memory-only 3 GiB (room
+# for a 1280 MiB SMem zone bound to it plus the L1 kernel's own use),
 # HMAT makes node 1 the slower tier (latency ns, bandwidth bytes/s).
 # shellcheck disable=SC2054 # commas belong to QEMU option values
 TB_L1_QEMU_ARGS=(
-    -accel "tcg,thread=$TB_TCG_THREAD" -M pc,hmat=on -cpu EPYC -smp 2 -m 6G
+    -accel "tcg,thread=$TB_TCG_THREAD" -M pc,hmat=on -cpu EPYC -smp 2 -m 7G
     -object memory-backend-ram,id=m0,size=4G
-    -object memory-backend-ram,id=m1,size=2G
+    -object memory-backend-ram,id=m1,size=3G
     -numa node,nodeid=0,cpus=0-1,memdev=m0,initiator=0
     -numa node,nodeid=1,memdev=m1,initiator=0
     -numa hmat-lb,initiator=0,target=0,hierarchy=memory,data-type=access-latency,latency=100

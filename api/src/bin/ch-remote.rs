@@ -1,7 +1,7 @@
 //! `ch-remote`: drive a running VMM through its API socket, with Cloud
 //! Hypervisor's subcommands.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -95,6 +95,8 @@ enum Error {
     NothingToResize,
     #[error("cannot encode the request")]
     Encode(#[from] serde_json::Error),
+    #[error("cannot write the answer")]
+    Output(#[source] std::io::Error),
 }
 
 /// Sends one request; prints a JSON answer pretty, as upstream does.
@@ -103,11 +105,16 @@ fn call(socket: &Path, method: Method, endpoint: &str, body: Option<&[u8]>) -> R
     if body.is_empty() {
         return Ok(());
     }
-    match serde_json::from_slice::<serde_json::Value>(&body) {
-        Ok(v) => println!("{}", serde_json::to_string_pretty(&v)?),
-        Err(_) => println!("{}", String::from_utf8_lossy(&body)),
+    let text = match serde_json::from_slice::<serde_json::Value>(&body) {
+        Ok(v) => serde_json::to_string_pretty(&v)?,
+        Err(_) => String::from_utf8_lossy(&body).into_owned(),
+    };
+    // A reader that stops early (`ch-remote counters | grep -q x`) is not
+    // an error of ours: println! would panic on the broken pipe.
+    match writeln!(std::io::stdout(), "{text}") {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.map_err(Error::Output),
     }
-    Ok(())
 }
 
 fn read_config(path: Option<&Path>) -> Result<Vec<u8>, Error> {

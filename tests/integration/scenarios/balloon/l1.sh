@@ -154,7 +154,10 @@ if boot_vm demeter \
         # Make (nearly) all of the node's free memory host-resident first,
         # so that the pages the balloon takes have RSS to give back.
         gm "${t}pre"
+        # At most 768 MiB: enough that the 256 MiB the balloon takes next
+        # are resident, without filling the L1 host's small slow node.
         if [ $node = 0 ]; then mib=$((N0 / 1024 - 128)); else mib=$((N1 / 1024 - 128)); fi
+        [ "$mib" -le 768 ] || mib=768
         tb_vmm_send "touch $node:$mib"
         tb_vmm_wait_line "@@BAL TOUCHED $node:$mib" 120 || tb_fail "$t-touch" "guest did not touch node $node"
         gm "${t}0"
