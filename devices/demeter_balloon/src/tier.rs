@@ -25,9 +25,8 @@ pub struct TierRange {
     pub gpa: u64,
     /// Length in bytes (a multiple of `page_size`).
     pub len: u64,
-    /// File or memfd backing this range (mapped MAP_SHARED), if any.
-    /// Inflated pages get `fallocate(PUNCH_HOLE)` on it, which also unmaps
-    /// them; `madvise(MADV_DONTNEED)` only when punching is not supported.
+    /// File or memfd backing this range, if any. Inflated pages get
+    /// `fallocate(PUNCH_HOLE)` on it before `madvise(MADV_DONTNEED)`.
     pub file: Option<Arc<File>>,
     /// Offset of `gpa` inside `file`.
     pub file_offset: u64,
@@ -344,9 +343,8 @@ impl Tiers {
     }
 }
 
-/// Gives the host memory behind `[gpa, gpa + len)` back to the host: punch
-/// a hole in the backing file, if any (which also unmaps it), else drop the
-/// mapping's pages.
+/// Gives the host memory behind `[gpa, gpa + len)` back to the host:
+/// punch a hole in the backing file, if any, then drop the mapping's pages.
 fn release(mem: &GuestMemoryMmap, range: &TierRange, gpa: u64, len: u64, metrics: &Metrics) {
     if let Some(file) = &range.file {
         let offset = range.file_offset + (gpa - range.gpa);
@@ -360,20 +358,14 @@ fn release(mem: &GuestMemoryMmap, range: &TierRange, gpa: u64, len: u64, metrics
                 len as libc::off64_t,
             )
         };
-        if ret == 0 {
-            // The zone is a MAP_SHARED mapping of this file, and punching a
-            // hole also unmaps the range from every mapping of it: the pages
-            // are gone, and one syscall per run is half the cost.
-            return;
+        if ret != 0 {
+            metrics.release_error(
+                gpa,
+                len,
+                "fallocate(PUNCH_HOLE)",
+                &std::io::Error::last_os_error(),
+            );
         }
-        // Not supported by this file (a DAX device, say): at least drop
-        // the mapping's pages below.
-        metrics.release_error(
-            gpa,
-            len,
-            "fallocate(PUNCH_HOLE)",
-            &std::io::Error::last_os_error(),
-        );
     }
     let slice = match mem.get_slice(GuestAddress(gpa), len as usize) {
         Ok(s) => s,
