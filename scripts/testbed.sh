@@ -110,21 +110,18 @@ while (($#)); do
     shift
 done
 if ((ALL)); then
-    # Scenarios with a `run-last` file go after the others: the balloon
-    # scenario takes host memory away under running guests, which has
-    # crashed the emulated L1 (docs/testbed.md); the others should not
-    # share a damaged L1 with it.
-    for last in 0 1; do
-        for s in $(tb_all_scenarios); do
-            [[ $s == bench-* ]] && continue # benchmarks run through scripts/bench.sh
-            [[ -f $TB_ITEST/scenarios/$s/run-last ]] && had=1 || had=0
-            ((had == last)) || continue
-            if [[ $MODE == l2-in-qemu ]]; then
-                [[ -f $TB_ITEST/scenarios/$s/l2.sh ]] && SCENARIOS+=("$s")
-            else
-                [[ -f $TB_ITEST/scenarios/$s/l1.sh ]] && SCENARIOS+=("$s")
-            fi
-        done
+    for s in $(tb_all_scenarios); do
+        [[ $s == bench-* ]] && continue # benchmarks run through scripts/bench.sh
+        # A `not-in-all` file takes a scenario out of --all; it says why.
+        if [[ -f $TB_ITEST/scenarios/$s/not-in-all ]]; then
+            tb_warn "--all leaves out $s: $(head -n 1 "$TB_ITEST/scenarios/$s/not-in-all")"
+            continue
+        fi
+        if [[ $MODE == l2-in-qemu ]]; then
+            [[ -f $TB_ITEST/scenarios/$s/l2.sh ]] && SCENARIOS+=("$s")
+        else
+            [[ -f $TB_ITEST/scenarios/$s/l1.sh ]] && SCENARIOS+=("$s")
+        fi
     done
 fi
 ((${#SCENARIOS[@]})) || { usage >&2; exit "$TB_EXIT_USAGE"; }
