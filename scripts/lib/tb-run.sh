@@ -289,10 +289,10 @@ tb_boot_l1() {
 # VMM reporting a guest triple fault is run once more in another L1 boot.
 # Its first run's output is kept in <run>/<scenario>.boot<N>; the summary
 # note and TB_GUEST_CRASHES say so. An L1-level failure is retried once per
-# run, guest crashes up to TB_GUEST_CRASH_RETRIES times (default 2: the
+# run, guest crashes up to TB_GUEST_CRASH_RETRIES times (default 3: the
 # balloon scenario, which releases a lot of host memory under a running L2,
 # crashes far more often than the others; see docs/testbed.md).
-TB_GUEST_CRASH_RETRIES=${TB_GUEST_CRASH_RETRIES:-2}
+TB_GUEST_CRASH_RETRIES=${TB_GUEST_CRASH_RETRIES:-3}
 TB_GUEST_CRASHES=()
 tb_find_guest_crashes() { # ATTEMPT SCENARIO...: sets TB_CRASHED
     local attempt=$1 s
