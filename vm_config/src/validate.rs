@@ -83,12 +83,9 @@ impl VmConfig {
         Ok(())
     }
 
-    /// Checks only the balloon against the memory layout (for `vm.resize`).
-    pub fn validate_balloon_size(&self) -> Result<(), ValidationError> {
-        self.validate_balloon()
-    }
-
-    fn validate_balloon(&self) -> Result<(), ValidationError> {
+    /// Checks only the balloon against the memory layout (also for
+    /// `vm.resize`).
+    pub fn validate_balloon(&self) -> Result<(), ValidationError> {
         let Some(b) = &self.balloon else {
             return Ok(());
         };

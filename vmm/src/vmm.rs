@@ -388,26 +388,25 @@ impl Vmm {
     /// once (asynchronously: the guest inflates or deflates in the
     /// background); the configuration keeps the size for the next boot.
     fn resize_balloon(&mut self, size: api::BalloonSize) -> Result<(), ApiError> {
-        let config = self.config.as_mut().ok_or(ApiError::VmNotCreated)?;
-        let Some(balloon) = config.balloon.as_mut() else {
+        let config = self.config.as_ref().ok_or(ApiError::VmNotCreated)?;
+        if config.balloon.is_none() {
             return Err(ApiError::NoBalloon);
-        };
-        let previous = balloon.size;
-        balloon.size = size;
-        if let Err(e) = config.validate_balloon_size() {
-            if let Some(b) = config.balloon.as_mut() {
-                b.size = previous;
-            }
-            return Err(ApiError::BadRequest(e.to_string()));
         }
+        // Check on a copy; the configuration changes only once the device
+        // (if the VM runs) accepted the new targets.
+        let mut resized = config.clone();
+        if let Some(b) = resized.balloon.as_mut() {
+            b.size = size;
+        }
+        resized
+            .validate_balloon()
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
         if let Some(handle) = self.vm.as_ref().and_then(Vm::balloon) {
-            if let Err(e) = handle.resize(size.as_array()) {
-                if let Some(b) = self.config.as_mut().and_then(|c| c.balloon.as_mut()) {
-                    b.size = previous;
-                }
-                return Err(ApiError::BadRequest(e.to_string()));
-            }
+            handle
+                .resize(size.as_array())
+                .map_err(|e| ApiError::BadRequest(e.to_string()))?;
         }
+        self.config = Some(resized);
         log::info!("balloon target set to {:?}", size.as_array());
         Ok(())
     }

@@ -190,3 +190,11 @@ tb_balloon_field() {
 tb_balloon_actual_is() {
     [ "$(tb_balloon_field fmem actual)" = "$1" ] && [ "$(tb_balloon_field smem actual)" = "$2" ]
 }
+
+# tb_vmm_ask CMD PATTERN [SECS]: send CMD to the guest's console, wait
+# (default 30 s) for a serial line matching PATTERN, print the newest one.
+tb_vmm_ask() {
+    tb_vmm_send "$1"
+    tb_vmm_wait_line "$2" "${3:-30}" || return 1
+    tr -d '\r' <"$TB_VMM_SERIAL" | grep -- "$2" | tail -n 1
+}

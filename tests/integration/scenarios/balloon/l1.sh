@@ -39,13 +39,11 @@ abs() { if [ "$1" -lt 0 ]; then echo $((-$1)); else echo "$1"; fi; }
 
 # gm TAG: ask the guest for its nodes' free memory; sets N0, N1 (kB), BF, BS (pages)
 gm() {
-    tb_vmm_send "m $1"
-    if ! tb_vmm_wait_line "@@BAL M $1 " 30; then
+    if ! _l=$(tb_vmm_ask "m $1" "@@BAL M $1 "); then
         tb_fail "measure-$1" "no answer from the guest"
         N0=0 N1=0 BF=0 BS=0
         return 1
     fi
-    _l=$(tr -d '\r' <"$TB_VMM_SERIAL" | grep "@@BAL M $1 " | tail -n 1)
     N0=$(echo "$_l" | sed -n 's/.* n0=\([0-9]*\).*/\1/p')
     N1=$(echo "$_l" | sed -n 's/.* n1=\([0-9]*\).*/\1/p')
     BF=$(echo "$_l" | sed -n 's/.* bf=\([0-9]*\).*/\1/p')

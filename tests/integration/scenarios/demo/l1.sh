@@ -15,12 +15,6 @@ MIB=1048576
 [ "$(tb_node_count)" -ge 2 ] || tb_skip "the host has fewer than two NUMA nodes"
 trap 'tb_vmm_stop' EXIT
 
-# ask CMD PATTERN: send a command to the guest and print its answer line
-ask() {
-    tb_vmm_send "$1"
-    tb_vmm_wait_line "$2" 30 || return 1
-    tr -d '\r' <"$TB_VMM_SERIAL" | grep -- "$2" | tail -n 1
-}
 free_of() { # ANSWER-LINE NODE -> MiB free
     echo "$1" | sed -n "s/.* n$2=\([0-9]*\).*/\1/p" | awk '{ printf "%d", $1 / 1024 }'
 }
@@ -53,7 +47,7 @@ t1=$(echo "$n1" | sed -n 's/.* tier=\([0-9]*\).*/\1/p')
 tb_check smem-node-in-a-lower-tier test "${t1:-0}" -gt "${t0:-0}"
 tb_check_eq smem-node-has-no-cpus "" "$(echo "$n1" | sed -n 's/.* cpus=\([^ ]*\) .*/\1/p')"
 
-before=$(ask 'm before' '@@BAL M before ')
+before=$(tb_vmm_ask 'm before' '@@BAL M before ')
 t=$(tb_now_ms)
 tb_chr resize --balloon '[128M,384M]' >"$TB_OUT/resize.out" 2>&1
 if tb_wait_until 120 tb_balloon_actual_is $((128 * MIB)) $((384 * MIB)); then
@@ -61,7 +55,7 @@ if tb_wait_until 120 tb_balloon_actual_is $((128 * MIB)) $((384 * MIB)); then
 else
     tb_fail balloons-reached "actual [$(tb_balloon_field fmem actual),$(tb_balloon_field smem actual)]"
 fi
-after=$(ask 'm after' '@@BAL M after ')
+after=$(tb_vmm_ask 'm after' '@@BAL M after ')
 tb_chr balloon-stats >"$TB_OUT/balloon-stats.json" 2>&1
 for n in 0 1; do
     b=$(free_of "$before" $n)
