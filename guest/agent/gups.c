@@ -226,9 +226,10 @@ int main(int argc, char **argv)
 	thresh = (uint64_t)((double)ratio * hot_bytes /
 			    ((double)ratio * hot_bytes +
 			     (region_bytes - hot_bytes)) * 4294967296.0);
-	printf("{\"gups\":\"start\",\"pid\":%d,\"region\":\"%p\",\"region_mb\":%lu,"
-	       "\"hot_mb\":%lu,\"ratio\":%u,\"hot_access_share\":%.3f}\n",
-	       getpid(), (void *)region, region_mb, hot_mb, ratio,
+	printf("{\"gups\":\"start\",\"pid\":%d,\"child\":%d,\"region\":\"%p\","
+	       "\"region_mb\":%lu,\"hot_mb\":%lu,\"ratio\":%u,"
+	       "\"hot_access_share\":%.3f}\n",
+	       getpid(), (int)child, (void *)region, region_mb, hot_mb, ratio,
 	       thresh / 4294967296.0);
 	fflush(stdout);
 	if (ready_file) {

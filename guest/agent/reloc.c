@@ -42,3 +42,58 @@ size_t reloc_worthwhile(const double *pd, size_t np, const double *dd,
 	}
 	return i;
 }
+
+/* A first guess for one page move before any has been measured. */
+#define CPU_BUDGET_FIRST_PAGE_NS	20000.0
+
+void cpu_budget_init(struct cpu_budget *b, unsigned int pct,
+		     unsigned long long burst_ms, unsigned long long wall_ns,
+		     unsigned long long cpu_ns)
+{
+	b->pct = pct;
+	b->burst_ns = (long long)(burst_ms * 1000000ULL * pct / 100);
+	b->tokens_ns = b->burst_ns;	/* start with one burst */
+	b->wall_ns = wall_ns;
+	b->cpu_ns = cpu_ns;
+	b->page_ns = CPU_BUDGET_FIRST_PAGE_NS;
+}
+
+void cpu_budget_update(struct cpu_budget *b, unsigned long long wall_ns,
+		       unsigned long long cpu_ns)
+{
+	unsigned long long dw = wall_ns > b->wall_ns ? wall_ns - b->wall_ns : 0;
+	unsigned long long dc = cpu_ns > b->cpu_ns ? cpu_ns - b->cpu_ns : 0;
+
+	b->wall_ns = wall_ns;
+	b->cpu_ns = cpu_ns;
+	if (!b->pct)
+		return;
+	b->tokens_ns += (long long)(dw / 100 * b->pct) - (long long)dc;
+	if (b->tokens_ns > b->burst_ns)
+		b->tokens_ns = b->burst_ns;
+}
+
+size_t cpu_budget_pages(const struct cpu_budget *b, size_t max)
+{
+	double n;
+
+	if (!b->pct)
+		return max;
+	if (b->tokens_ns <= 0)
+		return 0;
+	n = (double)b->tokens_ns / b->page_ns;
+	return n >= (double)max ? max : (size_t)n;
+}
+
+void cpu_budget_learn(struct cpu_budget *b, unsigned long long cpu_ns,
+		      size_t pages)
+{
+	double cost;
+
+	if (!pages)
+		return;
+	cost = (double)cpu_ns / (double)pages;
+	if (cost < 100.0)
+		cost = 100.0;	/* a clock tick's granularity is coarse */
+	b->page_ns = b->page_ns * 0.5 + cost * 0.5;
+}

@@ -45,4 +45,32 @@ size_t reloc_batch(size_t want, size_t demoted_ok, size_t *headroom_left);
 size_t reloc_worthwhile(const double *pd, size_t np, const double *dd,
 			size_t nd, size_t headroom, unsigned long alpha_pct);
 
+/*
+ * CPU budget for the manager (agent + kernel worker): a token bucket in
+ * nanoseconds of CPU.  It earns @pct % of the wall time that passes and
+ * pays for all CPU the manager used; the pages a round may move follow
+ * from the tokens and the measured cost of one page move.  Debt is
+ * carried, so over any long run the manager's average stays within @pct
+ * plus one burst.
+ */
+struct cpu_budget {
+	unsigned int pct;		/* share of one CPU; 0 = unlimited */
+	long long tokens_ns;		/* may go negative (debt) */
+	long long burst_ns;		/* most tokens that can be saved up */
+	unsigned long long wall_ns, cpu_ns;	/* at the last update */
+	double page_ns;			/* CPU per page moved (EWMA) */
+};
+
+void cpu_budget_init(struct cpu_budget *b, unsigned int pct,
+		     unsigned long long burst_ms, unsigned long long wall_ns,
+		     unsigned long long cpu_ns);
+/* Earn for the wall time since the last update, pay the CPU used since. */
+void cpu_budget_update(struct cpu_budget *b, unsigned long long wall_ns,
+		       unsigned long long cpu_ns);
+/* Pages affordable now (at most @max); 0 while in debt. */
+size_t cpu_budget_pages(const struct cpu_budget *b, size_t max);
+/* Learn the cost of a page move from a round: @cpu_ns spent on @pages. */
+void cpu_budget_learn(struct cpu_budget *b, unsigned long long cpu_ns,
+		      size_t pages);
+
 #endif /* _AGENT_RELOC_H */

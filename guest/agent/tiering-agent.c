@@ -62,6 +62,8 @@ static volatile int stop;
 static unsigned long opt_period_ms = 500, opt_duration_s;
 static size_t opt_batch = 512, opt_max_moves = 8192, opt_scan_cap = 262144;
 static unsigned long opt_reserve_mb = 8;
+static unsigned int opt_cpu_pct;	/* manager CPU budget; 0 = none */
+static unsigned long opt_burst_ms = 1000;
 static unsigned long opt_alpha_pct;	/* 0: the module's significance_pct */
 static int opt_verbose;
 
@@ -460,6 +462,7 @@ static size_t move_to(long pid, void **pages, size_t n, int node,
 
 struct agent_stats {
 	unsigned long long rounds, promoted, demoted, failed, queried;
+	unsigned long long throttled;	/* polls skipped by the CPU budget */
 };
 
 struct target_state {
@@ -479,8 +482,11 @@ struct target_state {
  *  2. move in batches: demote a batch first, then promote as many as
  *     left FMem plus what the headroom allows (reloc_batch).
  */
+static unsigned long long self_cpu_ns(void);
+
 static void round_one(int ti, int fmem, int smem, struct target_state *ts,
-		      struct agent_stats *as)
+		      struct agent_stats *as, size_t max_moves,
+		      struct cpu_budget *cb)
 {
 	static struct iv promo_iv[MAX_IV], demo_iv[MAX_IV], vma[MAX_VMAS];
 	struct pagelist pro = { 0 }, dem = { 0 };
@@ -493,6 +499,7 @@ static void round_one(int ti, int fmem, int smem, struct target_state *ts,
 	unsigned long alpha_pct = opt_alpha_pct ? opt_alpha_pct :
 		(unsigned long)read_long("/sys/module/tiering/parameters/significance_pct", 200);
 	struct walker *pw, *dw;
+	unsigned long long c0;
 	void *pg;
 	double d;
 
@@ -525,7 +532,7 @@ static void round_one(int ti, int fmem, int smem, struct target_state *ts,
 	freep = node_free_pages(fmem);
 	reserve = (long)(opt_reserve_mb << 20) / (long)PAGE;
 	hl0 = hl = freep > reserve ? (size_t)(freep - reserve) : 0;
-	while (pro.n < opt_max_moves && walk_next(pw, &pg, &d)) {
+	while (pro.n < max_moves && walk_next(pw, &pg, &d)) {
 		if (pro.n >= hl) {
 			size_t j = pro.n - hl;
 			void *dp;
@@ -541,8 +548,9 @@ static void round_one(int ti, int fmem, int smem, struct target_state *ts,
 		pl_push(&pro, pg, d);
 	}
 	as->queried += opt_scan_cap - budget;
-	reloc_plan(pro.n, dem.n, hl, opt_max_moves, &np, &nd);
+	reloc_plan(pro.n, dem.n, hl, max_moves, &np, &nd);
 
+	c0 = self_cpu_ns();
 	for (i = 0; i < np;) {
 		size_t want = np - i < opt_batch ? np - i : opt_batch;
 		size_t dn = 0, got = 0, p;
@@ -560,6 +568,7 @@ static void round_one(int ti, int fmem, int smem, struct target_state *ts,
 		if (stop)
 			break;
 	}
+	cpu_budget_learn(cb, self_cpu_ns() - c0, i + demoted);
 	if (promoted || demoted)
 		ts->backoff = 1;
 	else if (ts->backoff < 8)
@@ -593,6 +602,16 @@ static unsigned long long self_cpu_ns(void)
 	getrusage(RUSAGE_SELF, &ru);
 	return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000ULL +
 	       (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000ULL;
+}
+
+/* The manager's CPU: this agent plus the module's worker thread. */
+static unsigned long long manager_cpu_ns(void)
+{
+	char g[4096];
+
+	if (read_file(SYSFS "/stats", g, sizeof(g)) < 0)
+		return self_cpu_ns();
+	return self_cpu_ns() + (unsigned long long)stat_nonneg(g, "worker_cpu_ns");
 }
 
 static void on_term(int sig)
@@ -743,6 +762,7 @@ static int cmd_run(void)
 	uint64_t t0 = now_ms(), next, last_report = 0;
 	int fmem = (int)read_long(SYSFS "/fmem_node", -1);
 	int smem = (int)read_long(SYSFS "/smem_node", -1);
+	struct cpu_budget cb;
 	int i;
 
 	if (fmem < 0 || smem < 0) {
@@ -756,6 +776,8 @@ static int cmd_run(void)
 	}
 	signal(SIGTERM, on_term);
 	signal(SIGINT, on_term);
+	cpu_budget_init(&cb, opt_cpu_pct, opt_burst_ms, t0 * 1000000ULL,
+			manager_cpu_ns());
 	next = t0;
 	while (!stop) {
 		int n = nr_targets();
@@ -764,9 +786,21 @@ static int cmd_run(void)
 
 		if (n < 0)
 			break;	/* module unloaded */
-		for (i = 0; i < n && i < MAX_TARGETS && !stop; i++)
+		for (i = 0; i < n && i < MAX_TARGETS && !stop; i++) {
+			size_t allowed;
+
+			cpu_budget_update(&cb, now_ms() * 1000000ULL,
+					  manager_cpu_ns());
+			/* a swap moves two pages: budget / 2 promotions */
+			allowed = cpu_budget_pages(&cb, 2 * opt_max_moves) / 2;
+			if (!allowed) {
+				as.throttled++;
+				break;	/* over the CPU budget: wait */
+			}
 			if (target_running(i))
-				round_one(i, fmem, smem, &tstate[i], &as);
+				round_one(i, fmem, smem, &tstate[i], &as,
+					  allowed, &cb);
+		}
 		now = now_ms();
 		/* after a round, and at least once a second */
 		if (as.rounds != reported_rounds || now - last_report >= 1000) {
@@ -785,9 +819,11 @@ static int cmd_run(void)
 	}
 	printf("{\"agent\":\"done\",\"rounds\":%llu,\"promoted\":%llu,"
 	       "\"demoted\":%llu,\"failed\":%llu,\"queried\":%llu,"
-	       "\"agent_cpu_ns\":%llu,\"wall_ms\":%llu}\n", as.rounds,
+	       "\"agent_cpu_ns\":%llu,\"wall_ms\":%llu,\"cpu_pct_budget\":%u,"
+	       "\"throttled_polls\":%llu,\"page_move_ns\":%.0f}\n", as.rounds,
 	       as.promoted, as.demoted, as.failed, as.queried, self_cpu_ns(),
-	       (unsigned long long)(now_ms() - t0));
+	       (unsigned long long)(now_ms() - t0), opt_cpu_pct, as.throttled,
+	       cb.page_ns);
 	return 0;
 }
 
@@ -852,7 +888,10 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: tiering-agent add PID | del PID | stats |\n"
 		"       run [-p EPOCH_MS] [-d SECONDS] [-b BATCH_PAGES] "
-		"[-m MAX_PAGES_PER_ROUND] [-r RESERVE_MB] [-a ALPHA_PCT] [-v]\n");
+		"[-m MAX_PAGES_PER_ROUND] [-r RESERVE_MB] [-a ALPHA_PCT]\n"
+		"           [-c CPU_PCT [-B BURST_MS]] [-v]\n"
+		"  -c: cap the manager's CPU (agent + kernel worker) at CPU_PCT %%\n"
+		"      of one CPU on average (0 = no cap); -B: the burst allowed\n");
 	exit(2);
 }
 
@@ -883,7 +922,7 @@ int main(int argc, char **argv)
 	if (strcmp(argv[1], "run"))
 		usage();
 	optind = 2;
-	while ((c = getopt(argc, argv, "p:d:b:m:r:a:v")) != -1) {
+	while ((c = getopt(argc, argv, "p:d:b:m:r:a:c:B:v")) != -1) {
 		switch (c) {
 		case 'p': opt_period_ms = arg_ul(optarg, 10, 600000); break;
 		case 'd': opt_duration_s = arg_ul(optarg, 1, 86400 * 365); break;
@@ -891,6 +930,8 @@ int main(int argc, char **argv)
 		case 'm': opt_max_moves = arg_ul(optarg, 1, 1 << 24); break;
 		case 'r': opt_reserve_mb = arg_ul(optarg, 0, 1 << 20); break;
 		case 'a': opt_alpha_pct = arg_ul(optarg, 100, 100000); break;
+		case 'c': opt_cpu_pct = (unsigned int)arg_ul(optarg, 0, 100); break;
+		case 'B': opt_burst_ms = arg_ul(optarg, 0, 600000); break;
 		case 'v': opt_verbose = 1; break;
 		default: usage();
 		}

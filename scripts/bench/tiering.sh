@@ -10,7 +10,8 @@
 # Environment: BENCH_TIERING_MODE=l2-in-qemu (default; the L2 kernel under
 # QEMU TCG, no VMM) or nested (our VMM in the L1 testbed);
 # BENCH_TIERING_APPEND (extra L2 command line, l2-in-qemu only, e.g.
-# "tb.tier_run_s=60"). Progress goes to stderr.
+# "tb.tier_run_s=60"; "tb.tier_cpu_pct=5" caps the manager's CPU with the
+# agent's -c budget). Progress goes to stderr.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 MODE=${BENCH_TIERING_MODE:-l2-in-qemu}
@@ -82,6 +83,9 @@ ours.update({
     "promoted_pages": agent.get("promoted"),
     "demoted_pages": agent.get("demoted"),
     "failed_pages": agent.get("failed"),
+    "cpu_pct_budget": agent.get("cpu_pct_budget"),
+    "throttled_polls": agent.get("throttled_polls"),
+    "page_move_cpu_ns": agent.get("page_move_ns"),
 })
 mid = f.get("agent_stats_mid") or {}
 mt = (mid.get("targets") or [{}])[0]

@@ -117,3 +117,67 @@ void hrc_select(struct hrc *c, u64 fmem_pages, struct hrc_selection *sel)
 		sel->demo[sel->nr_demo++] = hrc_iv(r);
 	}
 }
+
+/**
+ * hrc_share() - one context's share of an FMEM capacity split among several.
+ * @cs:		contexts (targets) that share the capacity; none may be NULL.
+ * @n:		number of contexts.
+ * @which:	index of the context whose share is returned.
+ * @fmem_pages:	FMEM capacity for all of them, in pages.
+ *
+ * The capacity goes to the hottest ranges of all contexts together: a
+ * k-way merge of their rankings by access density, stopping at the first
+ * range that has no accesses or does not fit (the rule hrc_select() uses
+ * within one context).  Context @which gets the size of its own ranges in
+ * that prefix, so hrc_select() with the returned share selects exactly
+ * those.  With one context the share is the whole capacity.  Densities
+ * are only comparable between contexts fed by the same sampling source.
+ *
+ * Return: the share in pages (rounded down); an even split beyond
+ *	    HRC_SHARE_MAX contexts.
+ */
+u64 hrc_share(struct hrc *const *cs, u32 n, u32 which, u64 fmem_pages)
+{
+	u32 pos[HRC_SHARE_MAX] = { 0 };
+	u64 cap, used = 0, mine = 0;
+	u32 i;
+
+	if (which >= n)
+		return 0;
+	if (n == 1)
+		return fmem_pages;
+	if (n > HRC_SHARE_MAX)
+		return fmem_pages / n;	/* beyond the merge's bound: even split */
+	if (fmem_pages > (U64_MAX >> HRC_PAGE_SHIFT))
+		cap = U64_MAX;
+	else
+		cap = fmem_pages << HRC_PAGE_SHIFT;
+	for (i = 0; i < n; i++)
+		hrc_rank(cs[i]);
+	for (;;) {
+		const struct hrc_range *best = NULL;
+		u32 bi = 0;
+
+		for (i = 0; i < n; i++) {
+			const struct hrc *c = cs[i];
+			const struct hrc_range *r;
+
+			if (pos[i] >= c->nr)
+				continue;
+			r = &c->ranges[c->order[pos[i]]];
+			if (!r->nr_access)
+				continue;	/* the rest of c is colder */
+			if (!best || hrc_hotter(r, best)) {
+				best = r;
+				bi = i;
+			}
+		}
+		if (!best || hrc_size(best) > cap - used)
+			break;
+		used += hrc_size(best);
+		if (bi == which)
+			mine += hrc_size(best);
+		pos[bi]++;
+	}
+	return mine >> HRC_PAGE_SHIFT;
+}

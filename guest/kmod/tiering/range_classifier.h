@@ -43,6 +43,7 @@
 #define HRC_MAX_DECAY_SHIFT		16
 #define HRC_MIN_SPLIT_PERIOD_MS		10
 #define HRC_MAX_SPLIT_PERIOD_MS		600000
+#define HRC_SHARE_MAX			64	/* contexts hrc_share() merges */
 
 /**
  * struct hrc_params - tunables; validate with hrc_params_validate().
@@ -181,6 +182,7 @@ u32 hrc_epoch(struct hrc *c);
 
 void hrc_rank(struct hrc *c);
 void hrc_select(struct hrc *c, u64 fmem_pages, struct hrc_selection *sel);
+u64 hrc_share(struct hrc *const *cs, u32 n, u32 which, u64 fmem_pages);
 
 int hrc_validate(const struct hrc *c);
 

@@ -40,7 +40,9 @@ struct tier_target {
 
 	/* Everything below is protected by tier_lock. */
 	bool removed;		/* slot detached (nr_targets shrank / unload) */
-	bool auto_added;	/* picked by auto_rss_mb */
+	bool auto_added;	/* picked by auto_rss_mb, auto_cgroup or a fork */
+	pid_t parent_nr;	/* forked by this target (follow_children) */
+	u64 fmem_share;		/* FMem pages for its hot set (last epoch) */
 	enum tier_state state;
 	enum tier_source source;
 	enum tier_source last_source;	/* kept after the target exits */

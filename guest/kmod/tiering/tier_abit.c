@@ -8,11 +8,20 @@
  *
  *  - The mm is pinned with get_task_mm() (mm_users > 0), so its page
  *    tables are not torn down by exit_mmap() while we look.
+ *  - The walker runs with the target's mm loaded (kthread_use_mm(), done
+ *    by the caller), exactly like gup_fast walking current->mm: that puts
+ *    this CPU in mm_cpumask(mm), so the TLB shootdown that precedes the
+ *    freeing of a page-table page (munmap, MADV_DONTNEED of a whole PMD)
+ *    must interrupt us.  On bare-metal x86 (native pv_ops) page tables
+ *    are freed right after that shootdown, not after an RCU grace
+ *    period, and the shootdown only goes to the CPUs in mm_cpumask(mm):
+ *    walking a foreign mm without loading it read (and cmpxchg'd!) freed
+ *    and reused page-table pages after a munmap.
  *  - Each PMD's worth of entries (<= 512 PTEs) is walked with interrupts
  *    disabled, reading every level once with READ_ONCE (the *_lockless
- *    offset helpers).  x86 frees page-table pages only after a TLB
- *    shootdown IPI or an RCU grace period (MMU_GATHER_RCU_TABLE_FREE,
- *    pte_free_defer), and both wait for an interrupts-off section, so
+ *    offset helpers).  A page-table page is freed only after a shootdown
+ *    IPI to this CPU or an RCU grace period (MMU_GATHER_RCU_TABLE_FREE,
+ *    pte_free_defer), and both wait for the interrupts-off section, so
  *    the table we read cannot be freed and reused under us.
  *  - An accessed bit is cleared with cmpxchg on the whole entry, and
  *    only if the entry is still the present, young entry we read.  If
@@ -125,7 +134,8 @@ out:
 /**
  * tier_abit_pass() - test and clear the accessed bits over all ranges.
  * @t:		target (tier_lock held; its ranges do not change meanwhile).
- * @mm:		the target's mm, pinned by the caller.
+ * @mm:		the target's mm, pinned and loaded (kthread_use_mm()) by the
+ *		caller; see the comment at the top for why it must be loaded.
  * @record:	count young pages into the classifier (else only clear).
  * @present:	out: present entries seen.
  *
@@ -138,6 +148,8 @@ u64 tier_abit_pass(struct tier_target *t, struct mm_struct *mm, bool record,
 	u64 total = 0, pres = 0;
 	u32 i;
 
+	if (WARN_ON_ONCE(current->mm != mm))
+		return 0;
 	for (i = 0; i < c->nr; i++) {
 		unsigned long start = c->ranges[i].start;
 		unsigned long end = c->ranges[i].end;

@@ -54,6 +54,9 @@ static unsigned int half_split = 1;
 static unsigned int edge_split = 1;
 static unsigned int fmem_capacity_mb;	/* 0 = auto */
 static unsigned int auto_rss_mb;		/* 0 = no automatic targets */
+static bool follow_children = true;
+module_param(follow_children, bool, 0644);
+MODULE_PARM_DESC(follow_children, "manage the children a target forks as targets of their own");
 static bool abit_tlb_flush = true;
 module_param(abit_tlb_flush, bool, 0644);
 MODULE_PARM_DESC(abit_tlb_flush, "accessed-bit source: flush TLBs after a clear pass");
@@ -303,6 +306,8 @@ static int tier_target_start(struct tier_target *t, pid_t nr)
 
 	tier_target_clear_stats(t);
 	t->auto_added = false;
+	t->parent_nr = 0;
+	t->fmem_share = 0;
 	req = READ_ONCE(tier_sampler);
 	t->source = TIER_SRC_ABIT;
 	if (req == TIER_REQ_PEBS && !tier_pebs_ok) {
@@ -386,6 +391,28 @@ static void tier_abit_step(struct tier_target *t, struct mm_struct *mm,
 	t->scan_ns += ktime_get_ns() - t0;
 }
 
+/*
+ * @t's share of the FMem capacity: the hottest ranges of all running
+ * targets together fill it (hrc_share), so a target with a small, dense
+ * hot set is not starved by one with a large, lukewarm one.
+ */
+static u64 tier_target_fmem_pages(struct tier_target *t)
+{
+	static struct hrc *cs[TIER_MAX_TARGETS];	/* tier_lock held */
+	u32 n = 0, me = 0, i;
+
+	for (i = 0; i < tier_nr_targets; i++) {
+		struct tier_target *o = tier_targets[i];
+
+		if (o->state != TIER_ST_RUNNING || !o->ranges)
+			continue;
+		if (o == t)
+			me = n;
+		cs[n++] = &o->hrc;
+	}
+	return hrc_share(cs, n, me, tier_fmem_capacity_pages());
+}
+
 static void tier_epoch(struct tier_target *t, u64 now)
 {
 	struct hrc_selection sel = {
@@ -407,7 +434,8 @@ static void tier_epoch(struct tier_target *t, u64 now)
 	if (memcmp(&p, &t->hrc.p, sizeof(p)))
 		hrc_set_params(&t->hrc, &p);	/* -EBUSY: keep the old */
 	hrc_epoch(&t->hrc);
-	hrc_select(&t->hrc, tier_fmem_capacity_pages(), &sel);
+	t->fmem_share = tier_target_fmem_pages(t);
+	hrc_select(&t->hrc, t->fmem_share, &sel);
 	t->nr_promo = sel.nr_promo;
 	t->nr_demo = sel.nr_demo;
 	t->nr_hot = sel.nr_hot;
@@ -444,7 +472,10 @@ static void tier_target_tick(struct tier_target *t, u64 now, u64 *next)
 			tier_target_stop(t, TIER_ST_EXITED);
 			return;
 		}
+		/* Load the mm so page-table frees must IPI us (tier_abit.c). */
+		kthread_use_mm(mm);
 		tier_abit_step(t, mm, now);
+		kthread_unuse_mm(mm);
 		mmput(mm);
 	}
 	put_task_struct(task);
@@ -464,7 +495,8 @@ static int tier_worker_fn(void *unused)
 		u64 now = ktime_get_ns(), next = now + NSEC_PER_SEC, end;
 		u32 i;
 
-		if ((READ_ONCE(auto_rss_mb) || READ_ONCE(tier_auto_cgrp)) &&
+		if ((READ_ONCE(auto_rss_mb) || READ_ONCE(tier_auto_cgrp) ||
+		     READ_ONCE(follow_children)) &&
 		    now >= tier_next_auto_ns) {
 			tier_auto_scan();
 			tier_next_auto_ns = now + 2 * NSEC_PER_SEC;
@@ -575,7 +607,7 @@ static ssize_t stats_show(struct kobject *k, struct kobj_attribute *a,
 		"splits %llu\nmerges %llu\nsplit_dropped %llu\noutside %llu\n"
 		"nr_hot %u\nhot_bytes %llu\nnr_promo %u\nnr_demo %u\n"
 		"promoted %llu\ndemoted %llu\nreloc_failed %llu\n"
-		"reloc_rounds %llu\nauto %d\n",
+		"reloc_rounds %llu\nauto %d\nparent %d\nfmem_share_pages %llu\n",
 		t->state, t->state == TIER_ST_IDLE ? -1 : t->pid_nr,
 		tier_src_names[t->last_source], t->last_rate, t->nr_samples,
 		t->nr_scans, t->scan_ns, t->epoch_ns, t->window_ms,
@@ -584,7 +616,7 @@ static ssize_t stats_show(struct kobject *k, struct kobj_attribute *a,
 		t->hrc.stats.nr_split_dropped, t->hrc.stats.nr_outside,
 		t->nr_hot, t->hot_bytes, t->nr_promo, t->nr_demo,
 		t->reloc_promoted, t->reloc_demoted, t->reloc_failed,
-		t->reloc_rounds, t->auto_added);
+		t->reloc_rounds, t->auto_added, t->parent_nr, t->fmem_share);
 	for (i = 0; i < TIER_NR_VERDICTS; i++)
 		len += sysfs_emit_at(buf, len, "pebs_%s %llu\n", vnames[i],
 				     tier_counter_read(&t->verdicts[i]));
@@ -756,44 +788,82 @@ static struct tier_target *tier_add_slot(void)
 /*
  * Automatic targets: every 2 s (worker context), processes whose RSS is at
  * least auto_rss_mb, or that belong to the cgroup (v2) auto_cgroup or one
- * below it, and that are in no slot (running or exited) are put into the
- * first idle or exited slot, or a new one.  A process stopped by hand
- * (pid -1) is picked up again while it qualifies; one that leaves the
- * cgroup stays managed.
+ * below it, or (follow_children) that a running target forked and that
+ * have an address space of their own, and that are in no slot (running or
+ * exited) are put into the first idle or exited slot, or a new one.  A
+ * process stopped by hand (pid -1) is picked up again while it qualifies;
+ * one that leaves the cgroup stays managed.
  */
+struct tier_cand {
+	pid_t nr;
+	pid_t ptgid;	/* its parent */
+	bool own_mm;	/* not sharing the parent's mm (vfork, CLONE_VM) */
+};
+
+/* tier_lock held */
+static bool tier_pid_running(pid_t nr)
+{
+	u32 j;
+
+	for (j = 0; j < tier_nr_targets; j++)
+		if (tier_targets[j]->state == TIER_ST_RUNNING &&
+		    tier_targets[j]->pid_nr == nr)
+			return true;
+	return false;
+}
+
 static void tier_auto_scan(void)
 {
 	unsigned long min_pages = (unsigned long)READ_ONCE(auto_rss_mb) <<
 				  (20 - PAGE_SHIFT);
-	pid_t cand[TIER_AUTO_BATCH];
+	static pid_t managed[TIER_MAX_TARGETS];	/* worker thread only */
+	struct tier_cand cand[TIER_AUTO_BATCH];
+	bool follow = READ_ONCE(follow_children);
 	struct task_struct *p;
 	struct cgroup *cgrp;
-	int nc = 0, i;
+	int nc = 0, nm = 0, i, k;
 	u32 j;
 
 	mutex_lock(&tier_lock);
 	cgrp = tier_auto_cgrp;
 	if (cgrp)
 		cgroup_get(cgrp);
+	for (j = 0; follow && j < tier_nr_targets; j++)
+		if (tier_targets[j]->state == TIER_ST_RUNNING)
+			managed[nm++] = tier_targets[j]->pid_nr;
 	mutex_unlock(&tier_lock);
+	if (!min_pages && !cgrp && !nm)
+		return;
 
 	rcu_read_lock();
 	for_each_process(p) {
+		struct task_struct *pp = rcu_dereference(p->real_parent);
+		pid_t ptgid = task_tgid_nr(pp);
+		bool own_mm, forked = false;
 		unsigned long rss = 0;
+		struct mm_struct *mm;
 		bool in_cg;
 
 		if (p->flags & (PF_KTHREAD | PF_EXITING))
 			continue;
 		in_cg = cgrp && task_under_cgroup_hierarchy(p, cgrp);
 		task_lock(p);
-		if (p->mm)
-			rss = get_mm_rss(p->mm);
+		mm = p->mm;
+		if (mm)
+			rss = get_mm_rss(mm);
 		else
 			in_cg = false;
 		task_unlock(p);
-		if (((min_pages && rss >= min_pages) || in_cg) &&
+		/* a vfork child shares its parent's mm: nothing of its own */
+		own_mm = mm && mm != READ_ONCE(pp->mm);
+		for (k = 0; own_mm && k < nm; k++)
+			if (managed[k] == ptgid)
+				forked = true;
+		if (((min_pages && rss >= min_pages) || in_cg || forked) &&
 		    nc < TIER_AUTO_BATCH)
-			cand[nc++] = task_tgid_nr(p);
+			cand[nc++] = (struct tier_cand) {
+				.nr = task_tgid_nr(p), .ptgid = ptgid,
+				.own_mm = own_mm };
 	}
 	rcu_read_unlock();
 	if (cgrp)
@@ -805,7 +875,7 @@ static void tier_auto_scan(void)
 
 		for (j = 0; j < tier_nr_targets; j++) {
 			if (tier_targets[j]->state != TIER_ST_IDLE &&
-			    tier_targets[j]->pid_nr == cand[i])
+			    tier_targets[j]->pid_nr == cand[i].nr)
 				break;
 		}
 		if (j < tier_nr_targets)
@@ -817,9 +887,21 @@ static void tier_auto_scan(void)
 			t = tier_add_slot();
 		if (IS_ERR(t))
 			break;
-		if (!tier_target_start(t, cand[i])) {
+		if (!tier_target_start(t, cand[i].nr)) {
+			/*
+			 * A child of a target, even one that also qualified
+			 * by RSS: for_each_process() lists parents first, so
+			 * a parent picked in this batch is running by now.
+			 */
 			t->auto_added = true;
-			pr_info("auto target %d in slot %u\n", cand[i], t->idx);
+			if (cand[i].own_mm && tier_pid_running(cand[i].ptgid))
+				t->parent_nr = cand[i].ptgid;
+			if (t->parent_nr)
+				pr_info("child %d of target %d in slot %u\n",
+					cand[i].nr, t->parent_nr, t->idx);
+			else
+				pr_info("auto target %d in slot %u\n",
+					cand[i].nr, t->idx);
 		}
 	}
 	mutex_unlock(&tier_lock);

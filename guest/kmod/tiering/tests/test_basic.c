@@ -414,6 +414,70 @@ static void default_layout_matches_reference(void)
 	CHECK(iv[1].end > iv[1].start);
 }
 
+
+/*
+ * Two targets share 8 MiB: the capacity goes to the densest ranges of
+ * both, and each target's share is the size of its ranges in that prefix.
+ */
+static void share_splits_capacity_by_global_density(void)
+{
+	struct hrc_interval a_iv[8], b_iv[8];
+	struct hrc_params p;
+	struct tctx a, b;
+	struct hrc *cs[2];
+	u64 rng = 7;
+	u32 i, k;
+
+	/* two targets of eight 2 MiB ranges each */
+	for (i = 0; i < 8; i++) {
+		a_iv[i] = (struct hrc_interval) { i * 2 * MiB, (i + 1) * 2 * MiB };
+		b_iv[i] = (struct hrc_interval) { 64 * MiB + i * 2 * MiB,
+						  64 * MiB + (i + 1) * 2 * MiB };
+	}
+	hrc_default_params(&p);
+	p.max_ranges = 8;
+	CHECK_EQ(tctx_init(&a, 8, &p, a_iv, 8), 0);
+	CHECK_EQ(tctx_init(&b, 8, &p, b_iv, 8), 0);
+	cs[0] = &a.c;
+	cs[1] = &b.c;
+	/* before any sample nobody has a hot range: no share */
+	CHECK_EQ(hrc_share(cs, 2, 0, 8 * MiB >> 12), 0);
+	CHECK_EQ(hrc_share(cs, 1, 0, 8 * MiB >> 12), 8 * MiB >> 12);
+	CHECK_EQ(hrc_share(cs, 2, 2, 8 * MiB >> 12), 0);
+
+	/* a: three ranges of density 100, 90, 10; b: two of 95, 80 */
+	a.c.ranges[1].nr_access = 100;
+	a.c.ranges[4].nr_access = 90;
+	a.c.ranges[6].nr_access = 10;
+	b.c.ranges[0].nr_access = 95;
+	b.c.ranges[7].nr_access = 80;
+	a.c.ranked = false;
+	b.c.ranked = false;
+	CHECK_EQ(hrc_validate(&a.c), 0);
+	CHECK_EQ(hrc_validate(&b.c), 0);
+	/* 8 MiB = a100, b95, a90, b80 */
+	CHECK_EQ(hrc_share(cs, 2, 0, 8 * MiB >> 12), 4 * MiB >> 12);
+	CHECK_EQ(hrc_share(cs, 2, 1, 8 * MiB >> 12), 4 * MiB >> 12);
+	/* 6 MiB = a100, b95, a90 */
+	CHECK_EQ(hrc_share(cs, 2, 0, 6 * MiB >> 12), 4 * MiB >> 12);
+	CHECK_EQ(hrc_share(cs, 2, 1, 6 * MiB >> 12), 2 * MiB >> 12);
+	/* 5 MiB: the third range does not fit, the prefix stops there */
+	CHECK_EQ(hrc_share(cs, 2, 0, 5 * MiB >> 12), 2 * MiB >> 12);
+	CHECK_EQ(hrc_share(cs, 2, 1, 5 * MiB >> 12), 2 * MiB >> 12);
+	/* plenty: every range with accesses, none without */
+	CHECK_EQ(hrc_share(cs, 2, 0, 1ULL << 40), 6 * MiB >> 12);
+	CHECK_EQ(hrc_share(cs, 2, 1, 1ULL << 40), 4 * MiB >> 12);
+	CHECK_EQ(hrc_share(cs, 2, 1, U64_MAX), 4 * MiB >> 12);
+	/* the shares never add up to more than the capacity */
+	for (k = 0; k < 200; k++) {
+		u64 cap = trand_below(&rng, 20 * MiB >> 12);
+
+		CHECK(hrc_share(cs, 2, 0, cap) + hrc_share(cs, 2, 1, cap) <= cap);
+	}
+	tctx_free(&a);
+	tctx_free(&b);
+}
+
 const struct hrc_test hrc_basic_tests[] = {
 	HRC_TEST(params_defaults_are_valid),
 	HRC_TEST(params_invalid_values_are_rejected),
@@ -426,6 +490,7 @@ const struct hrc_test hrc_basic_tests[] = {
 	HRC_TEST(rank_by_density_then_younger_first),
 	HRC_TEST(select_respects_capacity_and_is_disjoint),
 	HRC_TEST(default_layout_matches_reference),
+	HRC_TEST(share_splits_capacity_by_global_density),
 };
 const unsigned int hrc_nr_basic_tests =
 	sizeof(hrc_basic_tests) / sizeof(hrc_basic_tests[0]);

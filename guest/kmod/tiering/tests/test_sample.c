@@ -217,12 +217,51 @@ static void reloc_plan_is_balanced(void)
 	CHECK_EQ(reloc_worthwhile(pd, 6, dd, 1, 0, 200), 1);
 }
 
+
+static void cpu_budget_limits_moves(void)
+{
+	struct cpu_budget b;
+	const unsigned long long s = 1000000000ULL;
+
+	/* unlimited */
+	cpu_budget_init(&b, 0, 1000, 0, 0);
+	cpu_budget_update(&b, s, 10 * s);
+	CHECK_EQ(cpu_budget_pages(&b, 777), 777);
+
+	/* 5 %, 1 s burst: 50 ms of tokens, 20 us per page -> 2500 pages */
+	cpu_budget_init(&b, 5, 1000, 0, 0);
+	CHECK_EQ(cpu_budget_pages(&b, 100000), 2500);
+	CHECK_EQ(cpu_budget_pages(&b, 100), 100);
+	/* a round spent 200 ms on 2000 pages: 100 us/page, in debt */
+	cpu_budget_learn(&b, 200000000ULL, 2000);
+	cpu_budget_update(&b, s / 10, 200000000ULL);
+	CHECK(b.tokens_ns < 0);
+	CHECK_EQ(cpu_budget_pages(&b, 100000), 0);
+	/* 5 % of 4 s repays the debt: 55 - 200 + 200 = 55 ms saved, cap 50 */
+	cpu_budget_update(&b, s / 10 + 4 * s, 200000000ULL);
+	CHECK_EQ(b.tokens_ns, 50000000LL);
+	/* learned cost 60 us (EWMA of 20 and 100): 833 pages */
+	CHECK_EQ(cpu_budget_pages(&b, 100000), 833);
+	/* other work (the kernel worker) also pays */
+	cpu_budget_update(&b, s / 10 + 5 * s, 400000000ULL);
+	CHECK(b.tokens_ns < 0);
+	/* clocks going backwards earn and pay nothing */
+	cpu_budget_update(&b, 0, 0);
+	cpu_budget_update(&b, 0, 0);
+	CHECK(b.tokens_ns < 0);
+	/* tiny measured costs are clamped */
+	cpu_budget_learn(&b, 0, 1000);
+	CHECK(b.page_ns >= 100.0);
+	cpu_budget_learn(&b, 123, 0);
+}
+
 const struct hrc_test hrc_sample_tests[] = {
 	HRC_TEST(decode_filters_records),
 	HRC_TEST(ring_counts_overwrites_and_drains),
 	HRC_TEST(pebs_stream_finds_hot_spot),
 	HRC_TEST(abit_window_tracks_young_fraction),
 	HRC_TEST(reloc_plan_is_balanced),
+	HRC_TEST(cpu_budget_limits_moves),
 };
 const unsigned int hrc_nr_sample_tests =
 	sizeof(hrc_sample_tests) / sizeof(hrc_sample_tests[0]);

@@ -30,6 +30,7 @@ RUN_S=30
 BASE_S=15
 MIN_PCT=60
 PHASES="none numab ours unload"
+CPU_PCT=0	# the agent's manager CPU budget (-c); 0 = none
 # shellcheck disable=SC2013 # words, not lines
 for arg in $(cat /proc/cmdline); do
     case $arg in
@@ -39,11 +40,13 @@ for arg in $(cat /proc/cmdline); do
     tb.tier_hot_mb=*) HOT_MB=${arg#*=} ;;
     tb.tier_min_pct=*) MIN_PCT=${arg#*=} ;;
     tb.tier_phases=*) PHASES=$(echo "${arg#*=}" | tr ',' ' ') ;;
+    tb.tier_cpu_pct=*) CPU_PCT=${arg#*=} ;;
     esac
 done
 tb_fact region_mb "$REGION_MB"
 tb_fact hot_mb "$HOT_MB"
 tb_fact run_s "$RUN_S"
+tb_fact cpu_pct_budget "$CPU_PCT"
 tb_fact node0_memtotal_kb "$(tb_node_memtotal_kb 0)"
 
 # json_field FILE-LINE KEY: numeric field of a one-line JSON object
@@ -222,7 +225,7 @@ on_start_ours() {
     cat "$SYS/stats" >/tmp/tier-stats-0
     w0=$(stat_of /tmp/tier-stats-0 worker_cpu_ns)
     t_ours0=$(tb_now_ms)
-    tb_bg_start AG "$AGENT" run -v
+    tb_bg_start AG "$AGENT" run -v -c "$CPU_PCT"
     # diagnostics only: the classifier's state half-way through
     (sleep $((RUN_S / 2)); cat "$SYS/targets/0/stats" "$SYS/targets/0/ranges" \
         "$SYS/targets/0/promote" "$SYS/targets/0/demote" >/tmp/tier-mid 2>&1
@@ -317,6 +320,20 @@ else
     u_slot=$("$AGENT" add "$u_pid")
 fi
 echo 0 >/sys/module/tiering/parameters/auto_rss_mb
+# the child gups forked (-k) is followed as a target of its own
+u_child=$(sed -n 's/.*"gups":"start".*"child":\([0-9]*\).*/\1/p' /tmp/gups-unload.out | head -n 1)
+child_slot() {
+    for d in "$SYS"/targets/[0-9]*; do
+        [ "$(cat "$d/pid" 2>/dev/null)" = "$u_child" ] &&
+            [ "$(awk '$1 == "parent" { print $2 }' "$d/stats")" = "$u_pid" ] && return 0
+    done
+    return 1
+}
+if [ -n "$u_child" ] && tb_wait_until 15 child_slot; then
+    tb_pass forked-child-followed "child $u_child of $u_pid"
+else
+    tb_fail forked-child-followed "child ${u_child:-?} of $u_pid not a target within 15 s"
+fi
 tb_bg_start AU "$AGENT" run
 if tb_wait_until 20 sh -c "[ \$(awk '\$1 == \"epoch\" { print \$2 }' $SYS/targets/$u_slot/stats) -ge 3 ]"; then
     tb_pass unload-target-active "$(awk '$1 == "epoch" || $1 == "samples" { printf "%s=%s ", $1, $2 }' "$SYS/targets/$u_slot/stats")"
