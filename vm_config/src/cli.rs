@@ -30,7 +30,11 @@ pub enum ParseError {
     },
 }
 
-fn parser(option: &'static str, keys: &[&str], input: &str) -> Result<OptionParser, ParseError> {
+pub(crate) fn parser(
+    option: &'static str,
+    keys: &[&str],
+    input: &str,
+) -> Result<OptionParser, ParseError> {
     let mut p = OptionParser::new();
     p.add_all(keys);
     p.parse(input)
@@ -39,7 +43,11 @@ fn parser(option: &'static str, keys: &[&str], input: &str) -> Result<OptionPars
 }
 
 /// Converts `key` of `p`, tagging errors with `option`.
-fn get<T>(p: &OptionParser, option: &'static str, key: &str) -> Result<Option<T>, ParseError>
+pub(crate) fn get<T>(
+    p: &OptionParser,
+    option: &'static str,
+    key: &str,
+) -> Result<Option<T>, ParseError>
 where
     T: std::str::FromStr,
     T::Err: std::fmt::Display,
@@ -48,7 +56,7 @@ where
         .map_err(|source| ParseError::Option { option, source })
 }
 
-fn toggle(
+pub(crate) fn toggle(
     p: &OptionParser,
     option: &'static str,
     key: &str,
@@ -57,7 +65,7 @@ fn toggle(
     Ok(get::<Toggle>(p, option, key)?.map_or(default, |t| t.0))
 }
 
-fn invalid(option: &'static str, reason: impl Into<String>) -> ParseError {
+pub(crate) fn invalid(option: &'static str, reason: impl Into<String>) -> ParseError {
     ParseError::Invalid {
         option,
         reason: reason.into(),

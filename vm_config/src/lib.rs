@@ -9,10 +9,17 @@
 
 mod balloon;
 mod cli;
+mod disk;
+mod net;
 mod types;
 mod validate;
 
 pub use balloon::{BalloonConfig, BalloonSize, Tier};
 pub use cli::ParseError;
+pub use disk::{DiskConfig, DEFAULT_DISK_NUM_QUEUES, DEFAULT_DISK_QUEUE_SIZE, DISK_SERIAL_MAX};
+pub use net::{
+    MacAddr, NetConfig, DEFAULT_NET_IP, DEFAULT_NET_MASK, DEFAULT_NET_NUM_QUEUES,
+    DEFAULT_NET_QUEUE_SIZE,
+};
 pub use types::*;
 pub use validate::ValidationError;

@@ -35,6 +35,12 @@ pub struct VmConfig {
     /// The (double) balloon.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub balloon: Option<crate::BalloonConfig>,
+    /// Virtio block devices.
+    #[serde(default)]
+    pub disks: Option<Vec<crate::DiskConfig>>,
+    /// Virtio network devices.
+    #[serde(default)]
+    pub net: Option<Vec<crate::NetConfig>>,
     /// The virtio entropy device (always present, as in Cloud Hypervisor).
     #[serde(default)]
     pub rng: RngConfig,
@@ -330,6 +336,8 @@ impl Default for VmConfig {
             console: ConsoleConfig::default_console(),
             numa: None,
             balloon: None,
+            disks: None,
+            net: None,
             rng: RngConfig::default(),
             iommu: false,
             watchdog: false,

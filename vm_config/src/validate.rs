@@ -23,6 +23,15 @@ pub enum ValidationError {
     /// Something about `--balloon`.
     #[error("--balloon: {0}")]
     Balloon(String),
+    /// Something about a `--disk`.
+    #[error("--disk: {0}")]
+    Disk(String),
+    /// Something about a `--net`.
+    #[error("--net: {0}")]
+    Net(String),
+    /// Two devices with the same id, or a reserved one.
+    #[error("device id '{0}': {1}")]
+    DeviceId(String, &'static str),
     /// Something about the payload.
     #[error("{0}")]
     Payload(String),
@@ -53,6 +62,7 @@ impl VmConfig {
         self.validate_numa()?;
         self.validate_payload()?;
         self.validate_balloon()?;
+        self.validate_devices()?;
         if self.rng.iommu {
             return Err(ValidationError::Unsupported("--rng iommu=on"));
         }
@@ -121,6 +131,38 @@ impl VmConfig {
                 b.size.total(),
                 fmem.saturating_add(smem)
             ));
+        }
+        Ok(())
+    }
+
+    /// Disks and NICs, and their ids across both kinds.
+    fn validate_devices(&self) -> Result<(), ValidationError> {
+        let mut ids = BTreeSet::new();
+        let disks = self.disks.iter().flatten();
+        let nets = self.net.iter().flatten();
+        for d in disks.clone() {
+            d.validate()?;
+        }
+        for n in nets.clone() {
+            n.validate()?;
+        }
+        for id in disks
+            .filter_map(|d| d.id.as_deref())
+            .chain(nets.filter_map(|n| n.id.as_deref()))
+        {
+            if id.is_empty() {
+                return Err(ValidationError::DeviceId(id.into(), "must not be empty"));
+            }
+            // Generated ids (_disk0, _net0, _rng, __balloon) start with '_'.
+            if id.starts_with('_') {
+                return Err(ValidationError::DeviceId(
+                    id.into(),
+                    "ids starting with '_' are reserved",
+                ));
+            }
+            if !ids.insert(id) {
+                return Err(ValidationError::DeviceId(id.into(), "used twice"));
+            }
         }
         Ok(())
     }
@@ -545,5 +587,51 @@ mod tests {
         assert_eq!(c.cpus.boot_vcpus, 2);
         assert_eq!(c.serial.mode, ConsoleOutputMode::Null);
         check(&c).unwrap();
+    }
+
+    /// The `vm.create` example of upstream's docs/api.md, as it is.
+    #[test]
+    fn upstream_documented_create_body_is_accepted() {
+        let c: VmConfig = serde_json::from_str(
+            r#"{"cpus":{"boot_vcpus":4,"max_vcpus":4},
+                "payload":{"kernel":"/opt/clh/kernel/vmlinux","cmdline":"console=ttyS0 console=hvc0 root=/dev/vda1 rw"},
+                "disks":[{"path":"/opt/clh/images/focal-server-cloudimg-amd64.raw"}],
+                "rng":{"src":"/dev/urandom"},
+                "net":[{"ip":"192.168.10.10","mask":"255.255.255.0","mac":"12:34:56:78:90:01"}]}"#,
+        )
+        .unwrap();
+        check(&c).unwrap();
+        let disks = c.disks.as_deref().unwrap();
+        assert_eq!(disks.len(), 1);
+        assert!(!disks[0].readonly);
+        let net = &c.net.as_deref().unwrap()[0];
+        assert_eq!(net.ip.to_string(), "192.168.10.10");
+        assert_eq!(net.mac.to_string(), "12:34:56:78:90:01");
+    }
+
+    #[test]
+    fn device_ids_are_unique_and_not_reserved() {
+        let mut c = tiered();
+        let mut d = crate::DiskConfig::new("/a");
+        d.id = Some("x".into());
+        let n = crate::NetConfig {
+            id: Some("x".into()),
+            ..Default::default()
+        };
+        c.disks = Some(vec![d.clone()]);
+        c.net = Some(vec![n]);
+        assert!(matches!(check(&c), Err(ValidationError::DeviceId(..))));
+        c.net = None;
+        check(&c).unwrap();
+        for bad in ["", "_disk0"] {
+            d.id = Some(bad.into());
+            c.disks = Some(vec![d.clone()]);
+            assert!(check(&c).is_err(), "{bad:?}");
+        }
+        c.disks = Some(vec![crate::DiskConfig {
+            queue_size: 5,
+            ..crate::DiskConfig::new("/a")
+        }]);
+        assert!(matches!(check(&c), Err(ValidationError::Disk(_))));
     }
 }
