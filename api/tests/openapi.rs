@@ -251,12 +251,42 @@ fn full_vm_config() -> VmConfig {
         console: ConsoleConfig::default_console(),
         numa: Some(vec![full_numa()]),
         balloon: Some(full_balloon()),
+        disks: Some(vec![full_disk()]),
+        net: Some(vec![full_net()]),
         rng: RngConfig {
             src: "/dev/hwrng".into(),
             iommu: false,
         },
         iommu: false,
         watchdog: false,
+    }
+}
+
+fn full_disk() -> DiskConfig {
+    DiskConfig {
+        path: "/images/disk.raw".into(),
+        readonly: true,
+        direct: true,
+        iommu: false,
+        num_queues: 1,
+        queue_size: 64,
+        id: Some("root".into()),
+        serial: Some("disk-serial".into()),
+    }
+}
+
+fn full_net() -> NetConfig {
+    NetConfig {
+        tap: Some("tap0".into()),
+        ip: "192.168.10.10".parse().unwrap(),
+        mask: "255.255.255.0".parse().unwrap(),
+        mac: "12:34:56:78:90:01".parse().unwrap(),
+        host_mac: Some("12:34:56:78:90:02".parse().unwrap()),
+        mtu: Some(1400),
+        iommu: false,
+        num_queues: 2,
+        queue_size: 256,
+        id: Some("net0".into()),
     }
 }
 
@@ -389,6 +419,16 @@ fn cases() -> Vec<Case> {
             parses: parses::<RngConfig>,
         },
         Case {
+            name: "DiskConfig",
+            full: v(full_disk()),
+            parses: parses::<DiskConfig>,
+        },
+        Case {
+            name: "NetConfig",
+            full: v(full_net()),
+            parses: parses::<NetConfig>,
+        },
+        Case {
             name: "BalloonConfig",
             full: v(full_balloon()),
             parses: parses::<BalloonConfig>,
@@ -519,6 +559,8 @@ fn roundtrip_by_name(name: &str, v: &Value) -> Option<Value> {
         "VmmPingResponse" => roundtrip::<VmmPingResponse>(v),
         "BalloonConfig" => roundtrip::<BalloonConfig>(v),
         "RngConfig" => roundtrip::<RngConfig>(v),
+        "DiskConfig" => roundtrip::<DiskConfig>(v),
+        "NetConfig" => roundtrip::<NetConfig>(v),
         "BalloonStats" => roundtrip::<BalloonStatsResponse>(v),
         "BalloonTierStats" => roundtrip::<BalloonTierStats>(v),
         _ => None,
@@ -545,6 +587,14 @@ fn defaults_in_the_file_are_what_serde_fills_in() {
             match default {
                 Some(want) => {
                     assert_eq!(got, want, "{}.{field} default", case.name);
+                    checked += 1;
+                }
+                // A random default (NetConfig.mac) is marked and must
+                // still validate against the property's schema.
+                None if prop.get("x-default").and_then(Value::as_str) == Some("random") => {
+                    validate(&spec, prop, got, &format!("{}.{field}", case.name)).unwrap();
+                    let again = roundtrip_by_name(case.name, &without).unwrap();
+                    assert_ne!(got, &again[field], "{}.{field} is not random", case.name);
                     checked += 1;
                 }
                 // Without a documented default, an omitted field is null or

@@ -11,6 +11,7 @@
 pub mod balloon;
 pub mod console;
 pub mod cpu;
+pub mod io_devices;
 pub mod memory;
 pub mod virtio_mmio;
 pub mod vm;

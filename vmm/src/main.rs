@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use vm_config::{
-    BalloonConfig, ConsoleConfig, CpusConfig, MemoryConfig, MemoryZoneConfig, NumaConfig,
-    PayloadConfig, RngConfig, VmConfig,
+    BalloonConfig, ConsoleConfig, CpusConfig, DiskConfig, MemoryConfig, MemoryZoneConfig,
+    NetConfig, NumaConfig, PayloadConfig, RngConfig, VmConfig,
 };
 use vmm::{ExitStatus, Vmm};
 
@@ -38,6 +38,10 @@ struct Cli {
     memory_zone: Vec<String>,
     #[arg(long, help = NumaConfig::SYNTAX, num_args = 1.., action = clap::ArgAction::Append)]
     numa: Vec<String>,
+    #[arg(long, help = DiskConfig::SYNTAX, num_args = 1.., action = clap::ArgAction::Append)]
+    disk: Vec<String>,
+    #[arg(long, help = NetConfig::SYNTAX, num_args = 1.., action = clap::ArgAction::Append)]
+    net: Vec<String>,
     #[arg(long, help = RngConfig::SYNTAX, default_value = "src=/dev/urandom")]
     rng: String,
     #[arg(long, help = BalloonConfig::SYNTAX)]
@@ -69,6 +73,18 @@ fn build_config(cli: &Cli) -> Result<VmConfig, String> {
         .map(|n| NumaConfig::parse(n))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
+    let disks = cli
+        .disk
+        .iter()
+        .map(|d| DiskConfig::parse(d))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let net = cli
+        .net
+        .iter()
+        .map(|n| NetConfig::parse(n))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
     if cli.kernel.is_none() && (cli.initramfs.is_some() || cli.cmdline.is_some()) {
         return Err("--initramfs and --cmdline need --kernel".into());
     }
@@ -85,6 +101,8 @@ fn build_config(cli: &Cli) -> Result<VmConfig, String> {
         serial: ConsoleConfig::parse_serial(&cli.serial).map_err(|e| e.to_string())?,
         console: ConsoleConfig::parse_console(&cli.console).map_err(|e| e.to_string())?,
         numa: (!numa.is_empty()).then_some(numa),
+        disks: (!disks.is_empty()).then_some(disks),
+        net: (!net.is_empty()).then_some(net),
         rng: RngConfig::parse(&cli.rng).map_err(|e| e.to_string())?,
         balloon: cli
             .balloon

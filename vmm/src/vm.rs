@@ -81,6 +81,7 @@ pub struct Vm {
     virtio_devices: Vec<Arc<Mutex<dyn VirtioDevice>>>,
     balloon: Option<BalloonHandle>,
     rng_metrics: Arc<devices::virtio::rng::RngMetrics>,
+    device_counters: Vec<(String, crate::io_devices::Counters)>,
     serial: Option<Arc<Mutex<SerialDevice>>>,
     ged: Arc<Mutex<GedDevice>>,
     memory: MemoryManager,
@@ -136,6 +137,18 @@ impl Vm {
         let memory = MemoryManager::new(config, &vm_fd)?;
         let mem = memory.guest_memory();
         let events = VmEvents::new()?;
+
+        // The payload first: a bad kernel path fails before any device
+        // touches the host (TAP devices, disk images).
+        let loaded = arch::boot::load_kernel(mem, kernel)?;
+        let cmdline = payload.cmdline.clone().unwrap_or_default();
+        let cmdline_len = arch::boot::load_kernel_cmdline(mem, &cmdline)?;
+        let ram = memory.ram_ranges();
+        let initramfs = payload
+            .initramfs
+            .as_ref()
+            .map(|p| arch::boot::load_initramfs(mem, p, &ram, loaded.end))
+            .transpose()?;
 
         // Platform devices on the I/O bus.
         let mut io_bus = Bus::new();
@@ -204,6 +217,19 @@ impl Vm {
         })?;
         let rng_metrics = rng.metrics();
         virtio.add(&vm_fd, mem, Arc::new(Mutex::new(rng)))?;
+        let mut device_counters = Vec::new();
+        for (i, cfg) in config.disks.iter().flatten().enumerate() {
+            let (id, dev) = crate::io_devices::create_disk(i, cfg)?;
+            let counters = crate::io_devices::Counters::Block(dev.metrics());
+            virtio.add(&vm_fd, mem, Arc::new(Mutex::new(dev)))?;
+            device_counters.push((id, counters));
+        }
+        for (i, cfg) in config.net.iter().flatten().enumerate() {
+            let (id, dev) = crate::io_devices::create_net(i, cfg)?;
+            let counters = crate::io_devices::Counters::Net(dev.metrics());
+            virtio.add(&vm_fd, mem, Arc::new(Mutex::new(dev)))?;
+            device_counters.push((id, counters));
+        }
         let VirtioMmioDevices {
             bus: mmio_bus,
             devices: virtio_devices,
@@ -211,16 +237,7 @@ impl Vm {
             ..
         } = virtio;
 
-        // Payload.
-        let loaded = arch::boot::load_kernel(mem, kernel)?;
-        let cmdline = payload.cmdline.clone().unwrap_or_default();
-        let cmdline_len = arch::boot::load_kernel_cmdline(mem, &cmdline)?;
-        let ram = memory.ram_ranges();
-        let initramfs = payload
-            .initramfs
-            .as_ref()
-            .map(|p| arch::boot::load_initramfs(mem, p, &ram, loaded.end))
-            .transpose()?;
+        // Boot structures and ACPI tables (they describe the virtio windows).
         arch::regs::write_boot_structures(mem)?;
         let rsdp = arch::acpi::create_acpi_tables(mem, &acpi_config(config, &memory, virtio_mmio))
             .map_err(|e| VmError::Acpi(e.to_string()))?;
@@ -282,6 +299,7 @@ impl Vm {
             virtio_devices,
             balloon,
             rng_metrics,
+            device_counters,
             serial,
             ged,
             memory,
@@ -335,6 +353,15 @@ impl Vm {
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v))
             .collect()
+    }
+
+    /// Each disk's and NIC's counters, by device id.
+    pub fn device_counters(
+        &self,
+    ) -> impl Iterator<Item = (String, std::collections::BTreeMap<String, u64>)> + '_ {
+        self.device_counters
+            .iter()
+            .map(|(id, c)| (id.clone(), c.snapshot()))
     }
 
     /// The balloon's control handle, if the VM has a balloon.

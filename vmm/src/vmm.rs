@@ -353,6 +353,7 @@ impl Vmm {
                             counters.insert("__balloon".into(), b.counters());
                         }
                         counters.insert("_rng".into(), vm.rng_counters());
+                        counters.extend(vm.device_counters());
                     }
                     Ok(ApiResponse::VmCounters(counters))
                 }

@@ -10,11 +10,19 @@
 //! [`VirtioInterrupt`] and notifications arrive on eventfds, so a device can
 //! be tested (and fuzzed) without a VM.
 
+pub mod block;
+pub mod chain;
 mod mmio;
+pub mod net;
 pub mod rng;
+pub mod tap;
+mod worker;
 
+pub use block::{Block, DiskOptions};
 pub use mmio::{MmioInterrupt, MmioTransport, MMIO_NOTIFY_OFFSET, MMIO_WINDOW_SIZE};
+pub use net::{Net, NetOptions};
 pub use rng::Rng;
+pub use tap::Tap;
 
 use std::io;
 use std::sync::Arc;

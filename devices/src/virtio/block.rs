@@ -1,0 +1,496 @@
+//! virtio-blk (virtio 1.2 section 5.2) over a raw image file.
+//!
+//! One request queue served by the device's own thread. A request is a
+//! 16-byte header (type, reserved, sector) the device reads, data, and a
+//! status byte the device writes last. Supported: IN, OUT, FLUSH, GET_ID;
+//! other types get `VIRTIO_BLK_S_UNSUPP`. Requests are checked before any
+//! I/O: data direction, lengths (whole sectors), the sector range against
+//! the capacity, the read-only flag. A bad request gets
+//! `VIRTIO_BLK_S_IOERR` (or no status at all when the chain has no
+//! writable byte to put it in), is counted, and the first of each kind is
+//! logged. Data moves through an aligned bounce buffer, so `O_DIRECT`
+//! images work and guest memory is only touched through vm-memory.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Seek, SeekFrom};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use log::{info, warn};
+use virtio_bindings::virtio_blk::{
+    VIRTIO_BLK_F_FLUSH, VIRTIO_BLK_F_RO, VIRTIO_BLK_F_SEG_MAX, VIRTIO_BLK_ID_BYTES,
+    VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP, VIRTIO_BLK_T_FLUSH,
+    VIRTIO_BLK_T_GET_ID, VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT,
+};
+use vmm_sys_util::epoll::Epoll;
+use vmm_sys_util::eventfd::EventFd;
+
+use super::chain::ChainBuffers;
+use super::worker::{DeviceThread, EpollHandler};
+use super::{
+    ActivateError, ActiveQueue, GuestMemoryMmap, Queue, QueueT, VirtioDevice, VirtioInterrupt,
+    VirtioInterruptType, VIRTIO_F_VERSION_1,
+};
+
+/// Virtio device id of a block device.
+pub const VIRTIO_ID_BLOCK: u32 = 2;
+/// Bytes per virtio-blk sector (fixed by the spec, whatever the image).
+pub const SECTOR_SIZE: u64 = 512;
+/// Size of the request header.
+const HEADER_LEN: u64 = 16;
+/// Bounce buffer: the most bytes moved per host read/write.
+const CHUNK: usize = 128 * 1024;
+/// Alignment of the bounce buffer (enough for `O_DIRECT` on 4K devices).
+const ALIGN: usize = 4096;
+const QUEUE_TOKEN: u64 = 0;
+
+/// What the device has done, for `vm.counters`.
+#[derive(Debug, Default)]
+pub struct BlockMetrics {
+    /// Completed reads.
+    pub read_ops: AtomicU64,
+    /// Completed writes.
+    pub write_ops: AtomicU64,
+    /// Completed flushes.
+    pub flush_ops: AtomicU64,
+    /// Bytes read into the guest.
+    pub read_bytes: AtomicU64,
+    /// Bytes written to the image.
+    pub write_bytes: AtomicU64,
+    /// Malformed requests: wrong direction, bad lengths, outside guest RAM.
+    pub bad_requests: AtomicU64,
+    /// Requests failed with IOERR: sector range, read-only, host I/O errors.
+    pub io_errors: AtomicU64,
+    /// Requests of a type the device does not implement.
+    pub unsupported: AtomicU64,
+}
+
+impl BlockMetrics {
+    /// Counter name/value pairs.
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        vec![
+            ("read_ops", l(&self.read_ops)),
+            ("write_ops", l(&self.write_ops)),
+            ("flush_ops", l(&self.flush_ops)),
+            ("read_bytes", l(&self.read_bytes)),
+            ("write_bytes", l(&self.write_bytes)),
+            ("bad_requests", l(&self.bad_requests)),
+            ("io_errors", l(&self.io_errors)),
+            ("unsupported", l(&self.unsupported)),
+        ]
+    }
+}
+
+/// How the image is opened.
+#[derive(Debug, Clone)]
+pub struct DiskOptions {
+    /// The raw image (a file or a host block device).
+    pub path: PathBuf,
+    /// Open read-only and offer `VIRTIO_BLK_F_RO`.
+    pub readonly: bool,
+    /// Open with `O_DIRECT`.
+    pub direct: bool,
+    /// Serial returned by GET_ID; derived from the image's inode when None.
+    pub serial: Option<String>,
+    /// Size of the request queue.
+    pub queue_size: u16,
+}
+
+/// An open image and its size.
+struct Image {
+    file: File,
+    sectors: u64,
+    readonly: bool,
+}
+
+fn open_image(o: &DiskOptions) -> io::Result<Image> {
+    let mut opts = OpenOptions::new();
+    opts.read(true).write(!o.readonly);
+    if o.direct {
+        opts.custom_flags(libc::O_DIRECT);
+    }
+    let mut file = opts.open(&o.path)?;
+    // SEEK_END also gives the size of a block device (metadata says 0).
+    let bytes = file.seek(SeekFrom::End(0))?;
+    if !bytes.is_multiple_of(SECTOR_SIZE) {
+        warn!(
+            "block: {} is {bytes} bytes, not a whole number of 512-byte sectors; the last {} bytes are not visible",
+            o.path.display(),
+            bytes % SECTOR_SIZE
+        );
+    }
+    Ok(Image {
+        file,
+        sectors: bytes / SECTOR_SIZE,
+        readonly: o.readonly,
+    })
+}
+
+/// The block device.
+pub struct Block {
+    options: DiskOptions,
+    image: Option<Image>,
+    sectors: u64,
+    serial: [u8; VIRTIO_BLK_ID_BYTES as usize],
+    metrics: Arc<BlockMetrics>,
+    worker: Option<DeviceThread<Server>>,
+}
+
+impl Block {
+    /// Opens the image now, so a missing or read-only file is a
+    /// configuration error and not a failure inside the running guest.
+    pub fn new(options: DiskOptions) -> io::Result<Self> {
+        let image = open_image(&options)?;
+        let mut serial = [0u8; VIRTIO_BLK_ID_BYTES as usize];
+        match &options.serial {
+            Some(s) => {
+                let n = s.len().min(serial.len());
+                serial[..n].copy_from_slice(&s.as_bytes()[..n]);
+            }
+            None => {
+                // Stable across boots for the same image, as a disk serial should be.
+                let m = image.file.metadata()?;
+                let id = format!("{:x}{:x}", m.dev(), m.ino());
+                let n = id.len().min(serial.len());
+                serial[..n].copy_from_slice(&id.as_bytes()[..n]);
+            }
+        }
+        info!(
+            "block: {} ({} sectors{}{})",
+            options.path.display(),
+            image.sectors,
+            if options.readonly { ", read-only" } else { "" },
+            if options.direct { ", O_DIRECT" } else { "" }
+        );
+        Ok(Self {
+            sectors: image.sectors,
+            image: Some(image),
+            options,
+            serial,
+            metrics: Arc::new(BlockMetrics::default()),
+            worker: None,
+        })
+    }
+
+    /// The device's counters (shared with its thread).
+    pub fn metrics(&self) -> Arc<BlockMetrics> {
+        self.metrics.clone()
+    }
+
+    /// Capacity in 512-byte sectors.
+    pub fn sectors(&self) -> u64 {
+        self.sectors
+    }
+
+    fn config_space(&self) -> [u8; 24] {
+        let mut c = [0u8; 24];
+        c[0..8].copy_from_slice(&self.sectors.to_le_bytes());
+        // size_max (offset 8) stays 0: no limit offered (no SIZE_MAX).
+        // seg_max: data descriptors per request, leaving header + status.
+        let seg_max = u32::from(self.options.queue_size.saturating_sub(2));
+        c[12..16].copy_from_slice(&seg_max.to_le_bytes());
+        c
+    }
+
+    fn stop_worker(&mut self) {
+        if let Some(w) = self.worker.take() {
+            if let Some(server) = w.stop() {
+                self.image = Some(server.image);
+            }
+        }
+    }
+}
+
+impl VirtioDevice for Block {
+    fn device_type(&self) -> u32 {
+        VIRTIO_ID_BLOCK
+    }
+
+    fn queue_max_sizes(&self) -> Vec<u16> {
+        vec![self.options.queue_size]
+    }
+
+    fn features(&self) -> u64 {
+        let mut f = (1u64 << VIRTIO_F_VERSION_1)
+            | (1u64 << VIRTIO_BLK_F_FLUSH)
+            | (1u64 << VIRTIO_BLK_F_SEG_MAX);
+        if self.options.readonly {
+            f |= 1u64 << VIRTIO_BLK_F_RO;
+        }
+        f
+    }
+
+    fn ack_features(&mut self, _features: u64) {}
+
+    fn read_config(&self, offset: u64, data: &mut [u8]) {
+        super::read_config_from_slice(&self.config_space(), offset, data);
+    }
+
+    fn write_config(&mut self, offset: u64, data: &[u8]) {
+        // Only `writeback` is writable, and only with CONFIG_WCE (not offered).
+        warn!(
+            "block: ignoring a {}-byte write at config offset {offset}",
+            data.len()
+        );
+    }
+
+    fn activate(
+        &mut self,
+        mem: GuestMemoryMmap,
+        interrupt: Arc<dyn VirtioInterrupt>,
+        queues: Vec<ActiveQueue>,
+    ) -> Result<(), ActivateError> {
+        if self.worker.is_some() {
+            return Err(ActivateError::AlreadyActive);
+        }
+        let active = queues
+            .into_iter()
+            .find(|q| q.index == 0)
+            .ok_or(ActivateError::MissingQueue(0))?;
+        let image = match self.image.take() {
+            Some(i) => i,
+            // A previous thread died with the file: open it again.
+            None => open_image(&self.options).map_err(ActivateError::Worker)?,
+        };
+        let server = Server {
+            mem,
+            interrupt,
+            queue: active.queue,
+            queue_evt: active.event,
+            image,
+            serial: self.serial,
+            metrics: self.metrics.clone(),
+            bounce: vec![0u8; CHUNK + ALIGN],
+        };
+        let fd = server.queue_evt.as_raw_fd();
+        self.worker = Some(
+            DeviceThread::spawn("virtio-blk", server, &[(fd, QUEUE_TOKEN)])
+                .map_err(ActivateError::Worker)?,
+        );
+        Ok(())
+    }
+
+    fn reset(&mut self) -> bool {
+        self.stop_worker();
+        true
+    }
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        self.stop_worker();
+    }
+}
+
+/// Why a request failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failure {
+    /// The chain is malformed (direction, lengths, memory).
+    Bad(&'static str),
+    /// A well-formed request the device refuses or the host failed.
+    Io(&'static str),
+    /// A request type the device does not implement.
+    Unsupported,
+}
+
+/// The device thread's state: serves requests.
+struct Server {
+    mem: GuestMemoryMmap,
+    interrupt: Arc<dyn VirtioInterrupt>,
+    queue: Queue,
+    queue_evt: EventFd,
+    image: Image,
+    serial: [u8; VIRTIO_BLK_ID_BYTES as usize],
+    metrics: Arc<BlockMetrics>,
+    bounce: Vec<u8>,
+}
+
+impl EpollHandler for Server {
+    fn start(&mut self, _epoll: &Epoll) {
+        self.process();
+    }
+
+    fn event(&mut self, _token: u64, _epoll: &Epoll) {
+        let _ = self.queue_evt.read();
+        self.process();
+    }
+}
+
+impl Server {
+    /// Serves every available request; returns how many were completed.
+    fn process(&mut self) -> usize {
+        let mut done = 0;
+        while let Some(chain) = self.queue.pop_descriptor_chain(&self.mem) {
+            let head = chain.head_index();
+            let used = match ChainBuffers::parse(chain, &self.mem) {
+                Ok(buffers) => self.serve(&buffers),
+                Err(e) => {
+                    self.count_bad(&e.to_string());
+                    0
+                }
+            };
+            if let Err(e) = self.queue.add_used(&self.mem, head, used) {
+                warn!("block: adding used buffer: {e}");
+                continue;
+            }
+            done += 1;
+        }
+        if done > 0 && self.queue.needs_notification(&self.mem).unwrap_or(true) {
+            if let Err(e) = self.interrupt.trigger(VirtioInterruptType::Queue(0)) {
+                warn!("block: raising the queue interrupt: {e}");
+            }
+        }
+        done
+    }
+
+    fn count_bad(&self, why: &str) {
+        if self.metrics.bad_requests.fetch_add(1, Ordering::Relaxed) == 0 {
+            warn!("block: malformed request: {why} (further ones only counted)");
+        }
+    }
+
+    /// Serves one request; returns the used length (bytes written to the chain).
+    fn serve(&mut self, b: &ChainBuffers) -> u32 {
+        // The status byte is the last writable byte; without one there is
+        // no way to answer.
+        let Some(status_at) = b.writable_len().checked_sub(1) else {
+            self.count_bad("no writable status byte");
+            return 0;
+        };
+        let (status, data) = match self.execute(b, status_at) {
+            Ok(data) => (VIRTIO_BLK_S_OK, data),
+            Err(Failure::Bad(why)) => {
+                self.count_bad(why);
+                (VIRTIO_BLK_S_IOERR, 0)
+            }
+            Err(Failure::Io(why)) => {
+                if self.metrics.io_errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                    warn!("block: request failed: {why} (further ones only counted)");
+                }
+                (VIRTIO_BLK_S_IOERR, 0)
+            }
+            Err(Failure::Unsupported) => {
+                self.metrics.unsupported.fetch_add(1, Ordering::Relaxed);
+                (VIRTIO_BLK_S_UNSUPP, 0)
+            }
+        };
+        if b.write_at(&self.mem, status_at, &[status as u8]).is_err() {
+            self.count_bad("status byte outside guest memory");
+            return 0;
+        }
+        data.saturating_add(1)
+    }
+
+    /// Runs the request; returns the data bytes written into the chain.
+    fn execute(&mut self, b: &ChainBuffers, data_len_w: u64) -> Result<u32, Failure> {
+        let mut hdr = [0u8; HEADER_LEN as usize];
+        b.read_at(&self.mem, 0, &mut hdr)
+            .map_err(|_| Failure::Bad("request shorter than its 16-byte header"))?;
+        let kind = u32::from_le_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
+        let sector = u64::from_le_bytes([
+            hdr[8], hdr[9], hdr[10], hdr[11], hdr[12], hdr[13], hdr[14], hdr[15],
+        ]);
+        let data_len_r = b.readable_len() - HEADER_LEN;
+        match kind {
+            VIRTIO_BLK_T_IN => {
+                if data_len_r != 0 {
+                    return Err(Failure::Bad("read request with device-readable data"));
+                }
+                self.read(b, sector, data_len_w)
+            }
+            VIRTIO_BLK_T_OUT => {
+                if data_len_w != 0 {
+                    return Err(Failure::Bad("write request with device-writable data"));
+                }
+                if self.image.readonly {
+                    return Err(Failure::Io("write to a read-only disk"));
+                }
+                self.write(b, sector, data_len_r)
+            }
+            VIRTIO_BLK_T_FLUSH => {
+                if data_len_r != 0 || data_len_w != 0 {
+                    return Err(Failure::Bad("flush request with data"));
+                }
+                self.image
+                    .file
+                    .sync_data()
+                    .map_err(|_| Failure::Io("fdatasync of the image failed"))?;
+                self.metrics.flush_ops.fetch_add(1, Ordering::Relaxed);
+                Ok(0)
+            }
+            VIRTIO_BLK_T_GET_ID => {
+                if data_len_r != 0 {
+                    return Err(Failure::Bad("get-id request with device-readable data"));
+                }
+                // The driver's buffer is 20 bytes; a shorter one gets a prefix.
+                let n = (data_len_w as usize).min(self.serial.len());
+                b.write_at(&self.mem, 0, &self.serial[..n])
+                    .map_err(|_| Failure::Bad("get-id buffer outside guest memory"))?;
+                Ok(n as u32)
+            }
+            _ => Err(Failure::Unsupported),
+        }
+    }
+
+    /// Byte offset of `len` bytes at `sector`, if they lie inside the image.
+    fn range(&self, sector: u64, len: u64) -> Result<u64, Failure> {
+        if !len.is_multiple_of(SECTOR_SIZE) {
+            return Err(Failure::Bad("data length is not a whole number of sectors"));
+        }
+        let end = sector
+            .checked_add(len / SECTOR_SIZE)
+            .ok_or(Failure::Io("sector number overflows"))?;
+        if end > self.image.sectors {
+            return Err(Failure::Io("access beyond the end of the disk"));
+        }
+        Ok(sector * SECTOR_SIZE)
+    }
+
+    fn read(&mut self, b: &ChainBuffers, sector: u64, len: u64) -> Result<u32, Failure> {
+        let base = self.range(sector, len)?;
+        let off = self.bounce.as_ptr().align_offset(ALIGN).min(ALIGN);
+        let mut done = 0u64;
+        while done < len {
+            let n = ((len - done) as usize).min(CHUNK);
+            let buf = &mut self.bounce[off..off + n];
+            self.image
+                .file
+                .read_exact_at(buf, base + done)
+                .map_err(|_| Failure::Io("reading the image failed"))?;
+            b.write_at(&self.mem, done, buf)
+                .map_err(|_| Failure::Bad("read buffer outside guest memory"))?;
+            done += n as u64;
+        }
+        self.metrics.read_ops.fetch_add(1, Ordering::Relaxed);
+        self.metrics.read_bytes.fetch_add(len, Ordering::Relaxed);
+        // The chain iterator caps a chain at 2^32 - 1 bytes.
+        Ok(u32::try_from(len).unwrap_or(u32::MAX))
+    }
+
+    fn write(&mut self, b: &ChainBuffers, sector: u64, len: u64) -> Result<u32, Failure> {
+        let base = self.range(sector, len)?;
+        let off = self.bounce.as_ptr().align_offset(ALIGN).min(ALIGN);
+        let mut done = 0u64;
+        while done < len {
+            let n = ((len - done) as usize).min(CHUNK);
+            let buf = &mut self.bounce[off..off + n];
+            b.read_at(&self.mem, HEADER_LEN + done, buf)
+                .map_err(|_| Failure::Bad("write buffer outside guest memory"))?;
+            self.image
+                .file
+                .write_all_at(buf, base + done)
+                .map_err(|_| Failure::Io("writing the image failed"))?;
+            done += n as u64;
+        }
+        self.metrics.write_ops.fetch_add(1, Ordering::Relaxed);
+        self.metrics.write_bytes.fetch_add(len, Ordering::Relaxed);
+        Ok(0)
+    }
+}
+
+#[cfg(test)]
+mod tests;

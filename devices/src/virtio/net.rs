@@ -1,0 +1,493 @@
+//! virtio-net (virtio 1.2 section 5.1) over a TAP, one RX/TX queue pair.
+//!
+//! Features: `VIRTIO_F_VERSION_1`, `VIRTIO_NET_F_MAC` (and `_MTU` when an
+//! MTU is configured); no offloads, so every frame is a plain Ethernet
+//! frame behind the 12-byte header, which the TAP speaks too
+//! (see [`super::tap`]). The device thread moves frames with non-blocking
+//! reads and writes:
+//!
+//! * RX: a frame is read from the TAP and put in the next receive buffer.
+//!   When the guest has no buffer left, the frame is kept, the TAP is taken
+//!   out of the epoll set (no spinning on a readable TAP) and put back on
+//!   the next RX queue notification. A frame larger than the buffer is
+//!   dropped and counted; the buffer is kept for the next frame.
+//! * TX: each chain (device-readable only) is written to the TAP as one
+//!   frame, header flags cleared since no offload was negotiated.
+//!
+//! Chains come from the guest: wrong direction, bad lengths or buffers
+//! outside RAM are returned unused, counted, and the first is logged.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use log::{info, warn};
+use virtio_bindings::virtio_net::{VIRTIO_NET_F_MAC, VIRTIO_NET_F_MTU, VIRTIO_NET_S_LINK_UP};
+use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
+use vmm_sys_util::eventfd::EventFd;
+
+use super::chain::ChainBuffers;
+use super::tap::VNET_HDR_LEN;
+use super::worker::{DeviceThread, EpollHandler};
+use super::{
+    ActivateError, ActiveQueue, GuestMemoryMmap, Queue, QueueT, VirtioDevice, VirtioInterrupt,
+    VirtioInterruptType, VIRTIO_F_VERSION_1,
+};
+
+/// Virtio device id of a network device.
+pub const VIRTIO_ID_NET: u32 = 1;
+/// Ethernet header length: the shortest frame worth passing on.
+const ETH_HLEN: usize = 14;
+/// Largest frame (header included) either way: a 64 KiB IP packet with an
+/// Ethernet and a VLAN header.
+pub const MAX_PACKET: usize = VNET_HDR_LEN + 65535 + ETH_HLEN + 4;
+/// Bytes of the header the device clears: everything but `num_buffers`.
+const HDR_FLAGS_LEN: usize = 10;
+
+const RX_QUEUE: usize = 0;
+const TX_QUEUE: usize = 1;
+const RX_TOKEN: u64 = 0;
+const TX_TOKEN: u64 = 1;
+const TAP_TOKEN: u64 = 2;
+
+/// What the device has done, for `vm.counters`.
+#[derive(Debug, Default)]
+pub struct NetMetrics {
+    /// Frames given to the guest.
+    pub rx_frames: AtomicU64,
+    /// Their bytes (without the virtio header).
+    pub rx_bytes: AtomicU64,
+    /// Frames from the TAP that could not be delivered (too big or too short).
+    pub rx_dropped: AtomicU64,
+    /// Frames the guest sent.
+    pub tx_frames: AtomicU64,
+    /// Their bytes (without the virtio header).
+    pub tx_bytes: AtomicU64,
+    /// Guest frames the TAP did not take.
+    pub tx_dropped: AtomicU64,
+    /// Malformed chains: wrong direction, bad length, outside guest RAM.
+    pub bad_descriptors: AtomicU64,
+    /// Failed TAP reads or writes.
+    pub tap_errors: AtomicU64,
+    /// Times RX stopped reading the TAP for want of guest buffers.
+    pub rx_no_buffers: AtomicU64,
+}
+
+impl NetMetrics {
+    /// Counter name/value pairs.
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        vec![
+            ("rx_frames", l(&self.rx_frames)),
+            ("rx_bytes", l(&self.rx_bytes)),
+            ("rx_dropped", l(&self.rx_dropped)),
+            ("tx_frames", l(&self.tx_frames)),
+            ("tx_bytes", l(&self.tx_bytes)),
+            ("tx_dropped", l(&self.tx_dropped)),
+            ("bad_descriptors", l(&self.bad_descriptors)),
+            ("tap_errors", l(&self.tap_errors)),
+            ("rx_no_buffers", l(&self.rx_no_buffers)),
+        ]
+    }
+}
+
+/// What the guest sees.
+#[derive(Debug, Clone, Copy)]
+pub struct NetOptions {
+    /// The NIC's MAC address.
+    pub mac: [u8; 6],
+    /// MTU offered with `VIRTIO_NET_F_MTU`.
+    pub mtu: Option<u16>,
+    /// Size of each queue.
+    pub queue_size: u16,
+}
+
+/// The network device.
+pub struct Net {
+    options: NetOptions,
+    tap: Option<File>,
+    metrics: Arc<NetMetrics>,
+    worker: Option<DeviceThread<Server>>,
+}
+
+impl Net {
+    /// A NIC over `tap`: a non-blocking descriptor with one frame (behind a
+    /// [`VNET_HDR_LEN`]-byte header) per read or write.
+    pub fn new(tap: File, options: NetOptions) -> Self {
+        Self {
+            options,
+            tap: Some(tap),
+            metrics: Arc::new(NetMetrics::default()),
+            worker: None,
+        }
+    }
+
+    /// The device's counters (shared with its thread).
+    pub fn metrics(&self) -> Arc<NetMetrics> {
+        self.metrics.clone()
+    }
+
+    fn config_space(&self) -> [u8; 12] {
+        let mut c = [0u8; 12];
+        c[..6].copy_from_slice(&self.options.mac);
+        // status (read only with VIRTIO_NET_F_STATUS, not offered): link up.
+        c[6..8].copy_from_slice(&(VIRTIO_NET_S_LINK_UP as u16).to_le_bytes());
+        // max_virtqueue_pairs (meaningful only with MQ): one pair.
+        c[8..10].copy_from_slice(&1u16.to_le_bytes());
+        c[10..12].copy_from_slice(&self.options.mtu.unwrap_or(0).to_le_bytes());
+        c
+    }
+
+    fn stop_worker(&mut self) {
+        if let Some(w) = self.worker.take() {
+            if let Some(server) = w.stop() {
+                self.tap = Some(server.tap);
+            }
+        }
+    }
+}
+
+impl VirtioDevice for Net {
+    fn device_type(&self) -> u32 {
+        VIRTIO_ID_NET
+    }
+
+    fn queue_max_sizes(&self) -> Vec<u16> {
+        vec![self.options.queue_size; 2]
+    }
+
+    fn features(&self) -> u64 {
+        let mut f = (1u64 << VIRTIO_F_VERSION_1) | (1u64 << VIRTIO_NET_F_MAC);
+        if self.options.mtu.is_some() {
+            f |= 1u64 << VIRTIO_NET_F_MTU;
+        }
+        f
+    }
+
+    fn ack_features(&mut self, _features: u64) {}
+
+    fn read_config(&self, offset: u64, data: &mut [u8]) {
+        super::read_config_from_slice(&self.config_space(), offset, data);
+    }
+
+    fn write_config(&mut self, offset: u64, data: &[u8]) {
+        // The MAC is writable only by legacy drivers without CTRL_MAC_ADDR.
+        warn!(
+            "net: ignoring a {}-byte write at config offset {offset}",
+            data.len()
+        );
+    }
+
+    fn activate(
+        &mut self,
+        mem: GuestMemoryMmap,
+        interrupt: Arc<dyn VirtioInterrupt>,
+        queues: Vec<ActiveQueue>,
+    ) -> Result<(), ActivateError> {
+        if self.worker.is_some() {
+            return Err(ActivateError::AlreadyActive);
+        }
+        let mut rx = None;
+        let mut tx = None;
+        for q in queues {
+            match q.index {
+                RX_QUEUE => rx = Some(q),
+                TX_QUEUE => tx = Some(q),
+                _ => {}
+            }
+        }
+        let rx = rx.ok_or(ActivateError::MissingQueue(RX_QUEUE))?;
+        let tx = tx.ok_or(ActivateError::MissingQueue(TX_QUEUE))?;
+        // Without the TAP (its thread died with it) the device cannot work.
+        let tap = self.tap.take().ok_or_else(|| {
+            ActivateError::Invalid("the TAP was lost with a failed device thread".into())
+        })?;
+        let watch = [
+            (rx.event.as_raw_fd(), RX_TOKEN),
+            (tx.event.as_raw_fd(), TX_TOKEN),
+            (tap.as_raw_fd(), TAP_TOKEN),
+        ];
+        let server = Server::new(mem, interrupt, rx, tx, tap, self.metrics.clone());
+        match DeviceThread::spawn("virtio-net", server, &watch) {
+            Ok(w) => {
+                self.worker = Some(w);
+                Ok(())
+            }
+            Err(e) => Err(ActivateError::Worker(e)),
+        }
+    }
+
+    fn reset(&mut self) -> bool {
+        self.stop_worker();
+        true
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        self.stop_worker();
+    }
+}
+
+/// The device thread's state.
+struct Server {
+    mem: GuestMemoryMmap,
+    interrupt: Arc<dyn VirtioInterrupt>,
+    rx: Queue,
+    rx_evt: EventFd,
+    tx: Queue,
+    tx_evt: EventFd,
+    tap: File,
+    metrics: Arc<NetMetrics>,
+    /// A frame read from the TAP and not yet delivered, and its length.
+    rx_frame: Vec<u8>,
+    rx_pending: Option<usize>,
+    /// Whether the TAP is in the epoll set.
+    tap_armed: bool,
+    tx_frame: Vec<u8>,
+}
+
+impl EpollHandler for Server {
+    fn start(&mut self, epoll: &Epoll) {
+        self.process_tx();
+        self.process_rx(epoll);
+    }
+
+    fn event(&mut self, token: u64, epoll: &Epoll) {
+        match token {
+            RX_TOKEN => {
+                let _ = self.rx_evt.read();
+                self.process_rx(epoll);
+            }
+            TX_TOKEN => {
+                let _ = self.tx_evt.read();
+                self.process_tx();
+            }
+            TAP_TOKEN => self.process_rx(epoll),
+            _ => {}
+        }
+    }
+}
+
+impl Server {
+    fn new(
+        mem: GuestMemoryMmap,
+        interrupt: Arc<dyn VirtioInterrupt>,
+        rx: ActiveQueue,
+        tx: ActiveQueue,
+        tap: File,
+        metrics: Arc<NetMetrics>,
+    ) -> Self {
+        info!(
+            "net: RX queue of {} and TX queue of {} buffers",
+            rx.queue.size(),
+            tx.queue.size()
+        );
+        Self {
+            mem,
+            interrupt,
+            rx: rx.queue,
+            rx_evt: rx.event,
+            tx: tx.queue,
+            tx_evt: tx.event,
+            tap,
+            metrics,
+            rx_frame: vec![0u8; MAX_PACKET],
+            rx_pending: None,
+            tap_armed: true,
+            tx_frame: vec![0u8; MAX_PACKET],
+        }
+    }
+
+    fn count_bad(&self, why: &str) {
+        if self.metrics.bad_descriptors.fetch_add(1, Ordering::Relaxed) == 0 {
+            warn!("net: malformed chain: {why} (further ones only counted)");
+        }
+    }
+
+    fn tap_error(&self, what: &str, e: &io::Error) {
+        if self.metrics.tap_errors.fetch_add(1, Ordering::Relaxed) == 0 {
+            warn!("net: {what} the TAP failed: {e} (further errors only counted)");
+        }
+    }
+
+    /// Adds or removes the TAP from the epoll set.
+    fn arm_tap(&mut self, epoll: &Epoll, armed: bool) {
+        if self.tap_armed == armed {
+            return;
+        }
+        let events = if armed {
+            EventSet::IN
+        } else {
+            EventSet::empty()
+        };
+        match epoll.ctl(
+            ControlOperation::Modify,
+            self.tap.as_raw_fd(),
+            EpollEvent::new(events, TAP_TOKEN),
+        ) {
+            Ok(()) => self.tap_armed = armed,
+            Err(e) => warn!("net: changing the TAP's epoll registration: {e}"),
+        }
+    }
+
+    fn notify(&mut self, queue: usize) {
+        let q = if queue == RX_QUEUE {
+            &mut self.rx
+        } else {
+            &mut self.tx
+        };
+        if q.needs_notification(&self.mem).unwrap_or(true) {
+            // queue is 0 or 1.
+            let index = queue as u16;
+            if let Err(e) = self.interrupt.trigger(VirtioInterruptType::Queue(index)) {
+                warn!("net: raising the queue interrupt: {e}");
+            }
+        }
+    }
+
+    /// Moves frames from the TAP into receive buffers until either runs out.
+    fn process_rx(&mut self, epoll: &Epoll) {
+        // A notification means buffers may be back: read the TAP again.
+        self.arm_tap(epoll, true);
+        let mut used = false;
+        // Bounded so TX gets its turn under a flood; epoll (level
+        // triggered) brings us back while the TAP stays readable.
+        for _ in 0..usize::from(self.rx.size()).max(1) * 2 {
+            let len = match self.rx_pending {
+                Some(len) => len,
+                None => match self.tap.read(&mut self.rx_frame) {
+                    Ok(n) if n < VNET_HDR_LEN + ETH_HLEN => {
+                        self.metrics.rx_dropped.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    Ok(n) => {
+                        self.rx_pending = Some(n);
+                        n
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        self.tap_error("reading", &e);
+                        break;
+                    }
+                },
+            };
+            let Some(chain) = self.rx.pop_descriptor_chain(&self.mem) else {
+                // Keep the frame; wait for the guest's next RX notification.
+                self.metrics.rx_no_buffers.fetch_add(1, Ordering::Relaxed);
+                self.arm_tap(epoll, false);
+                break;
+            };
+            let head = chain.head_index();
+            let written = match ChainBuffers::parse(chain, &self.mem) {
+                Err(e) => {
+                    self.count_bad(&e.to_string());
+                    0
+                }
+                Ok(b) if b.readable_len() != 0 => {
+                    self.count_bad("receive buffer with device-readable descriptors");
+                    0
+                }
+                Ok(b) if b.writable_len() < len as u64 => {
+                    // Drop the frame, keep the buffer for the next one.
+                    if self.metrics.rx_dropped.fetch_add(1, Ordering::Relaxed) == 0 {
+                        warn!(
+                            "net: {len}-byte frame does not fit a {}-byte receive buffer; dropped",
+                            b.writable_len()
+                        );
+                    }
+                    self.rx_pending = None;
+                    self.rx.set_next_avail(self.rx.next_avail().wrapping_sub(1));
+                    continue;
+                }
+                Ok(b) => self.deliver(&b, len),
+            };
+            if let Err(e) = self.rx.add_used(&self.mem, head, written) {
+                warn!("net: adding used RX buffer: {e}");
+                break;
+            }
+            used = true;
+        }
+        if used {
+            self.notify(RX_QUEUE);
+        }
+    }
+
+    /// Copies the pending frame into `b`; returns the used length.
+    fn deliver(&mut self, b: &ChainBuffers, len: usize) -> u32 {
+        // No offloads were negotiated: no flags, no GSO; one buffer.
+        self.rx_frame[..HDR_FLAGS_LEN].fill(0);
+        self.rx_frame[HDR_FLAGS_LEN..VNET_HDR_LEN].copy_from_slice(&1u16.to_le_bytes());
+        if b.write_at(&self.mem, 0, &self.rx_frame[..len]).is_err() {
+            self.count_bad("receive buffer outside guest memory");
+            return 0;
+        }
+        self.rx_pending = None;
+        self.metrics.rx_frames.fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .rx_bytes
+            .fetch_add((len - VNET_HDR_LEN) as u64, Ordering::Relaxed);
+        // len <= MAX_PACKET.
+        len as u32
+    }
+
+    /// Sends every frame the guest queued.
+    fn process_tx(&mut self) {
+        let mut used = false;
+        while let Some(chain) = self.tx.pop_descriptor_chain(&self.mem) {
+            let head = chain.head_index();
+            match ChainBuffers::parse(chain, &self.mem) {
+                Err(e) => self.count_bad(&e.to_string()),
+                Ok(b) if b.writable_len() != 0 => {
+                    self.count_bad("transmit buffer with device-writable descriptors")
+                }
+                Ok(b) => self.send(&b),
+            }
+            if let Err(e) = self.tx.add_used(&self.mem, head, 0) {
+                warn!("net: adding used TX buffer: {e}");
+                break;
+            }
+            used = true;
+        }
+        if used {
+            self.notify(TX_QUEUE);
+        }
+    }
+
+    fn send(&mut self, b: &ChainBuffers) {
+        let len = b.readable_len();
+        if len < (VNET_HDR_LEN + ETH_HLEN) as u64 || len > MAX_PACKET as u64 {
+            self.count_bad("transmit frame shorter than its headers or longer than 64 KiB");
+            return;
+        }
+        // Checked above: len <= MAX_PACKET.
+        let len = len as usize;
+        if b.read_at(&self.mem, 0, &mut self.tx_frame[..len]).is_err() {
+            self.count_bad("transmit buffer outside guest memory");
+            return;
+        }
+        // Offload requests the device never offered must not reach the TAP.
+        self.tx_frame[..HDR_FLAGS_LEN].fill(0);
+        match self.tap.write(&self.tx_frame[..len]) {
+            Ok(_) => {
+                self.metrics.tx_frames.fetch_add(1, Ordering::Relaxed);
+                self.metrics
+                    .tx_bytes
+                    .fetch_add((len - VNET_HDR_LEN) as u64, Ordering::Relaxed);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.metrics.tx_dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.metrics.tx_dropped.fetch_add(1, Ordering::Relaxed);
+                self.tap_error("writing to", &e);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
