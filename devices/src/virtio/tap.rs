@@ -219,8 +219,11 @@ mod tests {
         let tap = Tap::open(Some("chtest%d")).expect("TUNSETIFF");
         let name = tap.name().to_owned();
         assert!(name.starts_with("chtest"), "{name}");
-        tap.set_ipv4(Ipv4Addr::new(192, 0, 2, 1), Ipv4Addr::new(255, 255, 255, 0))
-            .unwrap();
+        tap.set_ipv4(
+            Ipv4Addr::new(198, 51, 100, 1),
+            Ipv4Addr::new(255, 255, 255, 0),
+        )
+        .unwrap();
         tap.set_mac([0x12, 0x34, 0x56, 0x78, 0x90, 0x02]).unwrap();
         tap.set_mtu(1400).unwrap();
         tap.up().unwrap();

@@ -10,6 +10,14 @@
 # Run 2: create from stdin; boot; reboot (the guest boots a second time);
 #   shutdown (state Shutdown); delete (info fails); shutdown-vmm ends the
 #   process with exit 0.
+# Both runs create the VM with disks, rng and net shaped as in upstream's
+# vm.create example (docs/api.md): a raw disk with a pattern at both ends,
+# a read-only disk, and a NIC given only ip/mask/mac, so the VMM creates
+# the TAP and gives it 192.168.10.10. Run 1's guest checks them (l2.sh);
+# here: vm.info shows them, the TAP carries the address while the guest
+# runs and is gone after, the counters moved, the guest's write reached
+# the disk file and the read-only image is unchanged. Run 2 checks that a
+# reboot brings the devices (and the TAP) back.
 # shellcheck source=../../lib/common.sh
 . "$TB_LIB/common.sh"
 # shellcheck source=../../lib/l1.sh
@@ -19,7 +27,8 @@ tb_begin l1
 [ -x "$TB_VMM" ] || tb_skip "no VMM binary at $TB_VMM"
 [ -x "$TB_CH_REMOTE" ] || tb_skip "no ch-remote binary at $TB_CH_REMOTE"
 [ "$(tb_node_count)" -ge 2 ] || tb_skip "the host has fewer than two NUMA nodes"
-trap 'tb_vmm_stop' EXIT
+HTTPD_PID=
+trap 'tb_vmm_stop; [ -z "$HTTPD_PID" ] || kill "$HTTPD_PID" 2>/dev/null' EXIT
 
 SOCK=$TB_OUT/api.sock
 chr() { "$TB_CH_REMOTE" --api-socket "$SOCK" "$@"; }
@@ -42,6 +51,33 @@ expect_fail() {
     fi
 }
 
+# The images: 8 MiB with markers in the first and last sector; 4 MiB
+# read-only with a marker; the blob the guest downloads over the NIC.
+DISK=/tmp/tb-disk.raw
+RODISK=/tmp/tb-ro.raw
+WWW=/tmp/tb-www
+sha() { sha256sum "$1" | cut -d ' ' -f 1; }
+at() { dd if="$1" bs=512 skip="$2" count=1 2>/dev/null | head -c "$3"; }
+dd if=/dev/zero of="$DISK" bs=1M count=8 2>/dev/null
+printf TB-DISK-HEAD | dd of="$DISK" conv=notrunc 2>/dev/null
+printf TB-DISK-TAIL | dd of="$DISK" bs=512 seek=16383 conv=notrunc 2>/dev/null
+dd if=/dev/zero of="$RODISK" bs=1M count=4 2>/dev/null
+printf TB-RO-DISK | dd of="$RODISK" conv=notrunc 2>/dev/null
+RO_SHA=$(sha "$RODISK")
+mkdir -p "$WWW"
+dd if=/dev/urandom of="$WWW/blob" bs=1024 count=1024 2>/dev/null
+BLOB_SHA=$(sha "$WWW/blob")
+httpd -f -p 8080 -h "$WWW" &
+HTTPD_PID=$!
+tap_up() { ip -o -4 addr show | grep -q 'inet 192.168.10.10/24'; }
+# counter DEVICE NAME from the pretty JSON of ch-remote counters
+counter() {
+    awk -v dev="\"$1\":" -v key="\"$2\":" '
+        $1 == dev { f = 1; next }
+        f && /}/ { f = 0 }
+        f && $1 == key { gsub(/[^0-9]/, "", $2); print $2; exit }' "$TB_OUT/counters.json"
+}
+
 config() { # $1 = scenario run tag
     cat <<JSON
 {
@@ -55,7 +91,11 @@ config() { # $1 = scenario run tag
     {"guest_numa_id": 1, "distances": [{"destination": 0, "distance": 25}],
      "memory_zones": ["smem"], "latency_ns": 200, "bandwidth_mbps": 8000}],
   "payload": {"kernel": "$TB_L2_KERNEL", "initramfs": "$TB_L2_INITRD",
-              "cmdline": "console=ttyS0 reboot=k panic=-1 tb.run=api-lifecycle tb.api=$1"},
+              "cmdline": "console=ttyS0 reboot=k panic=-1 tb.run=api-lifecycle tb.api=$1 tb.blob=$BLOB_SHA"},
+  "disks": [{"path": "$DISK"},
+            {"path": "$RODISK", "readonly": true, "serial": "tb-ro"}],
+  "rng": {"src": "/dev/urandom"},
+  "net": [{"ip": "192.168.10.10", "mask": "255.255.255.0", "mac": "12:34:56:78:90:01"}],
   "serial": {"mode": "Tty"},
   "console": {"mode": "Off"}
 }
@@ -77,6 +117,8 @@ expect_fail boot-before-create chr boot
 config run1 >"$TB_OUT/vm-run1.json"
 tb_check create chr create "$TB_OUT/vm-run1.json"
 tb_check_eq state-after-create Created "$(state)"
+tb_check info-has-net sh -c "\"$TB_CH_REMOTE\" --api-socket '$SOCK' info | grep -q '\"mac\": \"12:34:56:78:90:01\"'"
+tb_check info-has-disks sh -c "\"$TB_CH_REMOTE\" --api-socket '$SOCK' info | grep -q '\"path\": \"$RODISK\"'"
 expect_fail create-twice chr create "$TB_OUT/vm-run1.json"
 tb_check boot chr boot
 tb_check_eq state-after-boot Running "$(state)"
@@ -105,6 +147,19 @@ if [ "$up" -eq 0 ] && tb_wait_until 30 tick_after 0; then
         tb_fail progress-after-resume "no tick after $t2 within 30 s"
     fi
     tb_check counters sh -c "\"$TB_CH_REMOTE\" --api-socket '$SOCK' counters >'$TB_OUT/counters.json'"
+    tb_check tap-has-host-ip tap_up
+    # The guest's checks ran before its tick loop, so they are counted.
+    tb_check_ge counters-disk-read-ops "$(counter _disk0 read_ops)" 3
+    tb_check_ge counters-disk-write-ops "$(counter _disk0 write_ops)" 1
+    tb_check_ge counters-disk-flush-ops "$(counter _disk0 flush_ops)" 1
+    tb_check_eq counters-disk-bad-requests 0 "$(counter _disk0 bad_requests)"
+    tb_check_eq counters-ro-disk-writes 0 "$(counter _disk1 write_ops)"
+    # 1 MiB in frames of at most 1514 bytes.
+    tb_check_ge counters-net-rx-frames "$(counter _net0 rx_frames)" 700
+    tb_check_ge counters-net-tx-frames "$(counter _net0 tx_frames)" 10
+    tb_check_eq counters-net-bad-descriptors 0 "$(counter _net0 bad_descriptors)"
+    tb_fact net_rx_no_buffers "$(counter _net0 rx_no_buffers)"
+    tb_fact net_rx_dropped "$(counter _net0 rx_dropped)"
     tb_check info-has-config sh -c "\"$TB_CH_REMOTE\" --api-socket '$SOCK' info | grep -q 'tb.api=run1'"
     tb_check power-button chr power-button
     if tb_vmm_wait_line '@@TB-POWERBTN PRESSED' 30; then
@@ -114,6 +169,10 @@ if [ "$up" -eq 0 ] && tb_wait_until 30 tick_after 0; then
     fi
     tb_vmm_wait_exit 60
     tb_check_eq vmm-exit-after-power-button 0 "$TB_VMM_RC"
+    tb_check_eq guest-write-in-host-file TB-GUEST-WROTE "$(at "$DISK" 100 14)"
+    tb_check_eq disk-markers-kept TB-DISK-HEAD/TB-DISK-TAIL "$(at "$DISK" 0 12)/$(at "$DISK" 16383 12)"
+    tb_check_eq ro-image-unchanged "$RO_SHA" "$(sha "$RODISK")"
+    tb_check tap-removed-after-exit sh -c '! ip -o -4 addr show | grep -q "inet 192.168.10.10/"'
 else
     tb_vmm_diag "$TB_OUT/vmm-diag-run1.txt"
     tb_fail guest-up "guest did not start its loop (wait rc $up: 1 timeout, 2 VMM exited); serial tail: $(tail -n 5 "$TB_VMM_SERIAL" | tr -d '\r' | tr '\n' '|')"
@@ -142,6 +201,7 @@ if tb_vmm_wait_line '@@TB-L2 INIT' "$boot_budget"; then
         tb_fail guest-rebooted "no second @@TB-L2 INIT"
     fi
     tb_check_eq state-after-reboot Running "$(state)"
+    tb_check tap-back-after-reboot tap_up
     tb_check shutdown chr shutdown
     tb_check_eq state-after-shutdown Shutdown "$(state)"
     expect_fail pause-after-shutdown chr pause
