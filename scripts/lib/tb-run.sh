@@ -21,13 +21,25 @@ TB_TCG_THREAD=${TB_TCG_THREAD:-multi}
     tb_die "$TB_EXIT_USAGE" "TB_TCG_THREAD must be multi or single"
 
 # Transparent huge pages in the emulated L1 host: "never" by default. With
-# THP on, releasing 4 KiB pieces of THP-backed guest RAM while the L2 runs
-# (balloon inflation) crashed the L2 or corrupted the L1 kernel in every
-# run of the balloon scenario's 1:1 -> 1:4 step; with THP off it passed
-# (docs/testbed.md, "L1 transparent huge pages"). A TCG nested-paging
-# limitation, not a property of our VMM: on hardware KVM splits huge pages
-# under MADV_DONTNEED routinely. TB_L1_THP=always brings it back.
+# nested paging on (below), releasing 4 KiB pieces of THP-backed guest RAM
+# under a running L2 crashed it at the balloon scenario's 1:1 -> 1:4 step
+# in every run; THP off made that rarer but did not end it (NPT off did).
+# TB_L1_THP=always brings THP back.
 TB_L1_THP=${TB_L1_THP:-never}
+
+# The emulated L1 CPU model (QEMU -cpu): EPYC offers SVM.
+TB_L1_CPU=${TB_L1_CPU:-EPYC}
+# Nested paging (NPT) in that CPU: off by default, so L1's KVM runs the L2
+# with shadow paging. With NPT, QEMU TCG's nested-paging emulation let L2s
+# crash (and corrupt the L1 kernel) whenever L1 took memory away from a
+# running L2, e.g. balloon inflation (docs/testbed.md, "Nested paging in
+# L1"). Scenarios with an `l1-npt` file need NPT (vmmload-kvm: its
+# accessed-bit tracking needs hardware-set A bits) and get L1 boots of
+# their own with it. TB_L1_NPT=on|off forces one mode for every scenario.
+TB_L1_NPT=${TB_L1_NPT:-auto}
+[[ $TB_L1_NPT == auto || $TB_L1_NPT == on || $TB_L1_NPT == off ]] ||
+    tb_die "$TB_EXIT_USAGE" "TB_L1_NPT must be auto, on or off"
+TB_L1_CPU_ARG=$TB_L1_CPU
 [[ $TB_L1_THP == never || $TB_L1_THP == always || $TB_L1_THP == madvise ]] ||
     tb_die "$TB_EXIT_USAGE" "TB_L1_THP must be never, madvise or always"
 
@@ -36,7 +48,7 @@ TB_L1_THP=${TB_L1_THP:-never}
 # HMAT makes node 1 the slower tier (latency ns, bandwidth bytes/s).
 # shellcheck disable=SC2054 # commas belong to QEMU option values
 TB_L1_QEMU_ARGS=(
-    -accel "tcg,thread=$TB_TCG_THREAD" -M pc,hmat=on -cpu EPYC -smp 2 -m 7G
+    -accel "tcg,thread=$TB_TCG_THREAD" -M pc,hmat=on -smp 2 -m 7G
     -object memory-backend-ram,id=m0,size=4G
     -object memory-backend-ram,id=m1,size=3G
     -numa node,nodeid=0,cpus=0-1,memdev=m0,initiator=0
@@ -253,7 +265,7 @@ tb_boot_l1() {
     L1_READY=0 L1_DONE="" L1_PANIC="" L1_REASON="" L1_CUR="" L1_KILLED="" L1_EXIT_DEADLINE=0
     L1_T0=$(tb_host_ms)
     tb_msg "booting L1 (attempt $attempt) for: $* -- console: $console"
-    qemu-system-x86_64 "${TB_L1_QEMU_ARGS[@]}" \
+    qemu-system-x86_64 "${TB_L1_QEMU_ARGS[@]}" -cpu "$TB_L1_CPU_ARG" \
         -serial "file:$console" -serial "file:$outtar" \
         -kernel "/boot/vmlinuz-$TB_KVER" -initrd "$TB_L1_INITRD" \
         -append "$append" </dev/null >"$qlog" 2>&1 &
@@ -299,11 +311,13 @@ tb_boot_l1() {
 # boot (also with no device involved), so a scenario that FAILed with the
 # VMM reporting a guest triple fault is run once more in another L1 boot.
 # Its first run's output is kept in <run>/<scenario>.boot<N>; the summary
-# note and TB_GUEST_CRASHES say so. An L1-level failure is retried once per
-# run, guest crashes up to TB_GUEST_CRASH_RETRIES times (default 3: the
+# note and TB_GUEST_CRASHES say so. An L1-level failure is retried up to
+# TB_L1_RETRIES times per run (default 2), guest crashes up to
+# TB_GUEST_CRASH_RETRIES times (default 3: the
 # balloon scenario, which releases a lot of host memory under a running L2,
 # crashes far more often than the others; see docs/testbed.md).
 TB_GUEST_CRASH_RETRIES=${TB_GUEST_CRASH_RETRIES:-3}
+TB_L1_RETRIES=${TB_L1_RETRIES:-2}
 TB_GUEST_CRASHES=()
 tb_find_guest_crashes() { # ATTEMPT SCENARIO...: sets TB_CRASHED
     local attempt=$1 s
@@ -317,23 +331,55 @@ tb_find_guest_crashes() { # ATTEMPT SCENARIO...: sets TB_CRASHED
     done
 }
 
+# tb_run_nested SCENARIO...: the scenarios in L1 boots without nested
+# paging, then those with an l1-npt file in L1 boots with it.
 tb_run_nested() {
-    local attempt=1 s next=() retry=() l1_retried=0 crash_retried=0 l1_ok
+    local s on=() off=()
+    for s; do
+        case $TB_L1_NPT in
+        on) on+=("$s") ;;
+        off) off+=("$s") ;;
+        *) if [[ -f $TB_ITEST/scenarios/$s/l1-npt ]]; then on+=("$s"); else off+=("$s"); fi ;;
+        esac
+    done
+    if ((${#off[@]})); then
+        TB_L1_CPU_ARG="$TB_L1_CPU,npt=off"
+        tb_run_nested_boots "${off[@]}"
+    fi
+    if ((${#on[@]})); then
+        TB_L1_CPU_ARG=$TB_L1_CPU
+        tb_msg "L1 with nested paging (NPT) for: ${on[*]}"
+        tb_run_nested_boots "${on[@]}"
+    fi
+}
+
+tb_run_nested_boots() {
+    local attempt=$((TB_L1_BOOTS + 1)) s next=() retry=() skipped=() l1_retried=0 crash_retried=0 l1_ok
     local todo=("$@")
     while :; do
         l1_ok=1
         tb_boot_l1 "$attempt" "${todo[@]}" || l1_ok=0
         next=()
-        if ((!l1_ok)); then
-            for s in "${todo[@]}"; do
+        skipped=()
+        for s in "${todo[@]}"; do
+            if ((!l1_ok)); then
                 case ${TB_RESULT[$s]:-} in L1-FAIL | NOT-RUN | '') next+=("$s") ;; esac
-            done
-        fi
+            elif [[ -z ${TB_RESULT[$s]:-} ]]; then
+                skipped+=("$s") # L1 stopped after a guest crash (l1-init.sh)
+            fi
+        done
         tb_find_guest_crashes "$attempt" "${todo[@]}"
         retry=()
         (($(tb_host_ms) < TB_OVERALL_DEADLINE - 120000)) && ((RETRY)) || break
-        if ((${#next[@]} && !l1_retried)); then
-            l1_retried=1
+        if ((${#skipped[@]})); then
+            tb_warn "L1 boot $attempt stopped after a guest crash; running in a fresh L1: ${skipped[*]}"
+            for s in "${skipped[@]}"; do
+                TB_NOTE[$s]="run in boot $((attempt + 1)): boot $attempt stopped after another scenario's guest crash"
+            done
+            retry+=("${skipped[@]}")
+        fi
+        if ((${#next[@]} && l1_retried < TB_L1_RETRIES)); then
+            l1_retried=$((l1_retried + 1))
             tb_warn "L1-level failure: re-booting L1 (boot $((attempt + 1))) for: ${next[*]}"
             for s in "${next[@]}"; do
                 TB_NOTE[$s]="retried after L1-level failure in boot $attempt"

@@ -37,8 +37,20 @@ stats_updated() {
 counters_have_balloon() { tb_chr counters 2>/dev/null | grep -q __balloon; }
 abs() { if [ "$1" -lt 0 ]; then echo $((-$1)); else echo "$1"; fi; }
 
+# A VMM that died mid-scenario (e.g. the L2 triple-faulted) ends the
+# scenario at once: the remaining steps would only time out, and after an
+# L2 crash the emulated L1 is suspect (docs/testbed.md), so VM 2 is not
+# started in it either.
+stop_if_vmm_died() {
+    tb_vmm_alive && return 0
+    tb_fail "vmm-alive-at-$1" "the VMM exited: $(tail -n 1 "$TB_VMM_STDERR" 2>/dev/null)"
+    end_vm "${VM_NAME:-demeter}"
+    tb_finish
+}
+
 # gm TAG: ask the guest for its nodes' free memory; sets N0, N1 (kB), BF, BS (pages)
 gm() {
+    stop_if_vmm_died "measure-$1"
     if ! _l=$(tb_vmm_ask "m $1" "@@BAL M $1 "); then
         tb_fail "measure-$1" "no answer from the guest"
         N0=0 N1=0 BF=0 BS=0
@@ -53,13 +65,16 @@ gm() {
 
 # resize_to NAME FMEM_MIB SMEM_MIB SECS: resize through ch-remote and wait
 # until the guest reports both balloons at the target.
+_at_or_dead() { tb_balloon_actual_is "$1" "$2" || ! tb_vmm_alive; }
 resize_to() {
+    stop_if_vmm_died "$1"
     _t0=$(tb_now_ms)
     if ! tb_chr resize --balloon "[$2M,$3M]" >"$TB_OUT/resize-$1.out" 2>&1; then
         tb_fail "$1-resize" "$(head -c 200 "$TB_OUT/resize-$1.out")"
         return 1
     fi
-    if tb_wait_until "$4" tb_balloon_actual_is $(($2 * MIB)) $(($3 * MIB)); then
+    if tb_wait_until "$4" _at_or_dead $(($2 * MIB)) $(($3 * MIB)) &&
+        tb_balloon_actual_is $(($2 * MIB)) $(($3 * MIB)); then
         tb_fact "${1}_ms" "$(($(tb_now_ms) - _t0))"
         tb_pass "$1-reached" "[$2M,$3M] after $(($(tb_now_ms) - _t0)) ms"
         return 0
@@ -107,6 +122,7 @@ end_vm() { # NAME
 }
 
 # ------------------------------------------------------------- VM 1 --
+VM_NAME=demeter
 if boot_vm demeter \
     --memory-zone id=fmem,size=1280M,host_numa_node=0 id=smem,size=1280M,host_numa_node=1,shared=on \
     --balloon 'size=[1024M,256M],statistics=on,deflate_on_oom=on,heterogeneous_memory=on'; then
@@ -215,6 +231,7 @@ else
 fi
 
 # ------------------------------------------------------------- VM 2 --
+VM_NAME=stock
 if boot_vm stock \
     --memory-zone id=fmem,size=512M,host_numa_node=0 id=smem,size=1G,host_numa_node=1 \
     --balloon 'size=0,statistics=on,deflate_on_oom=on'; then

@@ -62,6 +62,27 @@ BSTATS=$TB_OUT/balloon-stats.log
 ) &
 POLL_PID=$!
 
+# Both balloons inflate and deflate while the manager relocates pages:
+# 6 s into the "ours" phase take 64 MiB of FMem and 128 MiB of SMem away,
+# 6 s later give them back. Results go to a file (this is a subshell);
+# the checks come after the VMM exited.
+BAL_LOG=$TB_OUT/balloon-during-tiering.log
+: >"$BAL_LOG"
+(
+    tb_vmm_wait_line '@@TIER ours-start' 240 || exit 0
+    sleep 6
+    t0=$(tb_now_ms)
+    tb_chr resize --balloon '[64M,128M]' >/dev/null 2>&1 &&
+        tb_wait_until 60 tb_balloon_actual_is $((64 << 20)) $((128 << 20)) &&
+        echo "inflated $(($(tb_now_ms) - t0))" >>"$BAL_LOG"
+    sleep 6
+    t0=$(tb_now_ms)
+    tb_chr resize --balloon '[0,0]' >/dev/null 2>&1 &&
+        tb_wait_until 60 tb_balloon_actual_is 0 0 &&
+        echo "deflated $(($(tb_now_ms) - t0))" >>"$BAL_LOG"
+) &
+BAL_PID=$!
+
 budget=$((${TB_TIMEOUT:-300} - 40))
 tb_vmm_wait_line '@@TB-L2 INIT' 90
 st=$?
@@ -91,6 +112,7 @@ if [ "$st" -eq 0 ] && tb_vmm_alive; then
     tb_vmm_send tb-ack
 fi
 stop_poller
+wait "$BAL_PID" 2>/dev/null
 
 tb_vmm_wait_exit 60
 tb_fact vmm_exit_code "$TB_VMM_RC"
@@ -105,6 +127,14 @@ case $l2 in
 *) tb_fail "l2-checks-passed" "L2 reported failure (see its JSON)" ;;
 esac
 tb_check_eq "l2-scenario-rc-0" 0 "$l2rc"
+for step in inflated deflated; do
+    ms=$(sed -n "s/^$step //p" "$BAL_LOG")
+    if [ -n "$ms" ]; then
+        tb_pass "balloon-$step-during-tiering" "[64M,128M] <-> [0,0] reached after $ms ms"
+    else
+        tb_fail "balloon-$step-during-tiering" "target not reached within 60 s (or the ours phase never started)"
+    fi
+done
 
 # The agent's statistics on the host API (GET vm.balloon-stats "stats").
 num_of() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"; }

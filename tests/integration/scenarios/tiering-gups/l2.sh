@@ -219,6 +219,8 @@ echo 0 >"$SYS/targets/nr_targets"
 echo 1 >"$SYS/targets/nr_targets"
 
 on_start_ours() {
+    # the L1 side inflates both balloons during this phase (l1.sh)
+    echo "@@TIER ours-start"
     slot=$("$AGENT" add "$1")
     tb_check_eq agent-add-slot-0 0 "$slot"
     tb_check_eq target-running running "$(cat "$SYS/targets/0/state" 2>/dev/null)"
