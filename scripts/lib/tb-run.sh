@@ -12,6 +12,7 @@ TB_L1_BOOTS=0
 
 TB_L1_BOOT_TIMEOUT=${TB_L1_BOOT_TIMEOUT:-180} # L1 reaches its /init
 TB_HANG_GRACE=${TB_HANG_GRACE:-60}            # L1 init enforces timeouts; beyond this L1 is hung
+TB_L1_SILENCE=${TB_L1_SILENCE:-120}           # no L1 heartbeat (every 15 s) for this long: L1 is frozen
 
 # TCG threading: "multi" runs each emulated CPU on its own host thread;
 # "single" runs them round-robin on one, which rules out the cross-CPU
@@ -170,8 +171,13 @@ _l1_line() {
     local l=${1//$'\r'/} now name rc ms
     now=$(tb_host_ms)
     case $l in
+    *"@@TB HEARTBEAT"*)
+        L1_BEAT=$now
+        return
+        ;;
     *"@@TB L1-READY"*)
         L1_READY=1
+        L1_BEAT=$now
         tb_msg "L1 is up after $(tb_fmt_secs $((now - L1_T0))) s: ${l#*@@TB L1-READY }"
         ;;
     *"@@TB BEGIN "*)
@@ -228,6 +234,8 @@ _l1_tick() {
         L1_REASON="overall timeout (${OVERALL} s) reached"
     elif ((!L1_READY && now > L1_T0 + TB_L1_BOOT_TIMEOUT * 1000)); then
         L1_REASON="L1 did not reach its init within ${TB_L1_BOOT_TIMEOUT} s"
+    elif ((L1_READY)) && [[ -z $L1_DONE ]] && ((now > L1_BEAT + TB_L1_SILENCE * 1000)); then
+        L1_REASON="L1 hung: no heartbeat for ${TB_L1_SILENCE} s${L1_CUR:+ (in scenario $L1_CUR)}"
     elif [[ -n $L1_CUR ]] && ((now > L1_CUR_DEADLINE)); then
         L1_REASON="L1 hung: scenario $L1_CUR gave no END ${TB_HANG_GRACE} s after its ${TB_TIMEOUTS[$L1_CUR]} s timeout"
     elif ((L1_EXIT_DEADLINE && now > L1_EXIT_DEADLINE)); then
@@ -262,7 +270,7 @@ tb_boot_l1() {
     : >"$console"
     : >"$outtar"
     TB_L1_BOOTS=$((TB_L1_BOOTS + 1))
-    L1_READY=0 L1_DONE="" L1_PANIC="" L1_REASON="" L1_CUR="" L1_KILLED="" L1_EXIT_DEADLINE=0
+    L1_READY=0 L1_DONE="" L1_PANIC="" L1_REASON="" L1_CUR="" L1_KILLED="" L1_EXIT_DEADLINE=0 L1_BEAT=0
     L1_T0=$(tb_host_ms)
     tb_msg "booting L1 (attempt $attempt) for: $* -- console: $console"
     qemu-system-x86_64 "${TB_L1_QEMU_ARGS[@]}" -cpu "$TB_L1_CPU_ARG" \

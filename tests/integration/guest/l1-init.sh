@@ -4,6 +4,7 @@
 # the other, then powers off. Protocol on the console (ttyS0), parsed by
 # scripts/testbed.sh:
 #   @@TB L1-READY ...                 modules loaded, about to run scenarios
+#   @@TB HEARTBEAT <uptime_ms>        every 15 s while L1 runs
 #   @@TB BEGIN <name> timeout=<s>
 #   @@TB END <name> rc=<n> ms=<n>     rc 124 = timed out (killed)
 #   @@TB L1-DONE
@@ -87,6 +88,9 @@ if [ "$kvm_hold" = 1 ] && [ -c /dev/kvm ] && [ -x /tb/bin/tb-kvm-hold ]; then
 fi
 
 echo "@@TB L1-READY kernel=$kver uptime_ms=$(uptime_ms) modules_ok=$mods_ok cpus=$(nproc) kvm_hold=$hold_state"
+# Heartbeat: lets the harness tell a frozen L1 (seen once under nested TCG)
+# from a scenario that is merely quiet, long before the scenario timeout.
+(while :; do sleep 15; echo "@@TB HEARTBEAT $(uptime_ms)"; done) &
 
 if [ -c /dev/ttyS1 ]; then
     stty -F /dev/ttyS1 raw -echo 2>/dev/null
