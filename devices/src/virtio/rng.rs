@@ -13,14 +13,14 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use log::{error, warn};
 use virtio_queue::QueueOwnedT;
 use vm_memory::Bytes;
-use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
+use vmm_sys_util::epoll::Epoll;
 use vmm_sys_util::eventfd::EventFd;
 
+use super::worker::{DeviceThread, EpollHandler};
 use super::{
     ActivateError, ActiveQueue, GuestMemoryMmap, Queue, QueueT, VirtioDevice, VirtioInterrupt,
     VirtioInterruptType, VIRTIO_F_VERSION_1,
@@ -33,7 +33,6 @@ pub const RNG_QUEUE_SIZE: u16 = 256;
 /// Most bytes written for one request (one descriptor chain).
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 
-const KILL_TOKEN: u64 = 1;
 const QUEUE_TOKEN: u64 = 0;
 
 /// What the device has done, for `vm.counters`.
@@ -69,7 +68,7 @@ pub struct Rng {
     source_path: PathBuf,
     source: Option<File>,
     metrics: Arc<RngMetrics>,
-    worker: Option<Worker>,
+    worker: Option<DeviceThread<Filler>>,
 }
 
 impl Rng {
@@ -92,8 +91,8 @@ impl Rng {
 
     fn stop_worker(&mut self) {
         if let Some(w) = self.worker.take() {
-            if let Some(file) = w.stop() {
-                self.source = Some(file);
+            if let Some(filler) = w.stop() {
+                self.source = Some(filler.source);
             }
         }
     }
@@ -143,14 +142,17 @@ impl VirtioDevice for Rng {
             // A previous thread died with the file: open it again.
             None => File::open(&self.source_path).map_err(ActivateError::Worker)?,
         };
+        let watch = [(active.event.as_raw_fd(), QUEUE_TOKEN)];
         let filler = Filler {
             mem,
             interrupt,
             queue: active.queue,
+            queue_evt: active.event,
             source,
             metrics: self.metrics.clone(),
         };
-        self.worker = Some(Worker::spawn(filler, active.event).map_err(ActivateError::Worker)?);
+        self.worker =
+            Some(DeviceThread::spawn("virtio-rng", filler, &watch).map_err(ActivateError::Worker)?);
         Ok(())
     }
 
@@ -171,8 +173,20 @@ struct Filler {
     mem: GuestMemoryMmap,
     interrupt: Arc<dyn VirtioInterrupt>,
     queue: Queue,
+    queue_evt: EventFd,
     source: File,
     metrics: Arc<RngMetrics>,
+}
+
+impl EpollHandler for Filler {
+    fn start(&mut self, _epoll: &Epoll) {
+        self.process(); // requests posted before DRIVER_OK
+    }
+
+    fn event(&mut self, _token: u64, _epoll: &Epoll) {
+        let _ = self.queue_evt.read();
+        self.process();
+    }
 }
 
 impl Filler {
@@ -247,75 +261,6 @@ impl Filler {
     }
 }
 
-struct Worker {
-    kill: EventFd,
-    thread: Option<JoinHandle<File>>,
-}
-
-impl Worker {
-    fn spawn(mut filler: Filler, queue_evt: EventFd) -> io::Result<Self> {
-        let kill = EventFd::new(libc::EFD_NONBLOCK)?;
-        let epoll = Epoll::new()?;
-        epoll.ctl(
-            ControlOperation::Add,
-            kill.as_raw_fd(),
-            EpollEvent::new(EventSet::IN, KILL_TOKEN),
-        )?;
-        epoll.ctl(
-            ControlOperation::Add,
-            queue_evt.as_raw_fd(),
-            EpollEvent::new(EventSet::IN, QUEUE_TOKEN),
-        )?;
-        let thread_kill = kill.try_clone()?;
-        let thread = std::thread::Builder::new()
-            .name("virtio-rng".into())
-            .spawn(move || {
-                // Requests posted before DRIVER_OK.
-                filler.process();
-                let mut events = [EpollEvent::default(); 2];
-                loop {
-                    let n = match epoll.wait(-1, &mut events) {
-                        Ok(n) => n,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                        Err(e) => {
-                            error!("rng: epoll_wait failed, stopping the device thread: {e}");
-                            return filler.source;
-                        }
-                    };
-                    for ev in &events[..n] {
-                        if ev.data() == KILL_TOKEN {
-                            let _ = thread_kill.read();
-                            return filler.source;
-                        }
-                        let _ = queue_evt.read();
-                        filler.process();
-                    }
-                }
-            })?;
-        Ok(Self {
-            kill,
-            thread: Some(thread),
-        })
-    }
-
-    fn stop(mut self) -> Option<File> {
-        let thread = self.thread.take()?;
-        if let Err(e) = self.kill.write(1) {
-            error!("rng: signalling the device thread to stop: {e}");
-        }
-        thread.join().ok()
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        if let Some(t) = self.thread.take() {
-            let _ = self.kill.write(1);
-            let _ = t.join();
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -334,6 +279,7 @@ mod tests {
             mem: m.clone(),
             interrupt: Arc::new(NoopInterrupt),
             queue,
+            queue_evt: EventFd::new(libc::EFD_NONBLOCK).expect("eventfd"),
             source: File::open("/dev/urandom").expect("urandom"),
             metrics: Arc::new(RngMetrics::default()),
         }
