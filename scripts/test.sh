@@ -38,6 +38,8 @@ step "cargo test" cargo test --workspace --locked
 [[ -d guest/kmod/tiering/tests ]] && step "range classifier (user space)" make -s -C guest/kmod/tiering/tests
 [[ -x scripts/test-vmmload.sh ]] && step "vmmload" ./scripts/test-vmmload.sh
 [[ -x scripts/api-contract.sh ]] && step "REST API contract (against cloud-hypervisor)" env API_CONTRACT_TARGET=vmm ./scripts/api-contract.sh
+step "upstream ch-remote v53 against ours and upstream's VMM" ./scripts/test-ch-interop.sh
+step "upstream v53 configs both ways (vm.info -> vm.create)" ./scripts/test-config-compat.sh
 step "testbed scenarios" ./scripts/testbed.sh $(deps_testbed_scenarios)
 
 printf '\n'

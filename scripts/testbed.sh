@@ -177,7 +177,7 @@ RUN_DIR=$(cd "$RUN_DIR" && pwd)
 ln -sfn "$RUN_DIR" "$TB_BUILD/last"
 # keep the 20 newest run directories
 # shellcheck disable=SC2012
-ls -1dt "$TB_BUILD"/runs/*/ 2>/dev/null | tail -n +21 | xargs -r rm -rf --
+{ ls -1dt "$TB_BUILD"/runs/*/ 2>/dev/null || true; } | tail -n +21 | xargs -r rm -rf --
 tb_msg "run directory: $RUN_DIR"
 
 BUILD_NOTE=""

@@ -59,11 +59,11 @@ mod types;
 
 pub use protocol::{
     channel, ApiError, ApiMessage, ApiReceiver, ApiRequest, ApiResponse, ApiResult, ApiSender,
-    DEFAULT_CALL_TIMEOUT,
+    Needs, UnsupportedAction, DEFAULT_CALL_TIMEOUT,
 };
 pub use server::{start_http_server, start_http_server_with, ServerOptions, SERVER_NAME};
 pub use socket::{ApiSocket, ApiSocketError};
 pub use types::{
     BalloonSize, BalloonStatsResponse, BalloonTierStats, DeviceNode, VmCounters, VmInfo,
-    VmResizeData, VmState, VmmPingResponse,
+    VmRemoveDeviceData, VmResizeData, VmResizeDiskData, VmResizeZoneData, VmState, VmmPingResponse,
 };

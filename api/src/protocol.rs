@@ -7,11 +7,12 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::Duration;
 
-use vm_config::VmConfig;
+use vm_config::{DiskConfig, NetConfig, VmConfig};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use crate::types::{
-    BalloonStatsResponse, VmCounters, VmInfo, VmResizeData, VmState, VmmPingResponse,
+    BalloonStatsResponse, VmCounters, VmInfo, VmRemoveDeviceData, VmResizeData, VmResizeDiskData,
+    VmResizeZoneData, VmState, VmmPingResponse,
 };
 
 /// Everything the VMM can be asked. One variant per REST action; the doc of
@@ -57,6 +58,61 @@ pub enum ApiRequest {
     /// `PUT vmm.shutdown`: always allowed. The VMM replies first, then
     /// shuts the VM down, fires the HTTP server's kill event, and exits.
     VmmShutdown,
+    /// `PUT vm.nmi`: inject an NMI into every vCPU. Running VM only.
+    VmNmi,
+    /// `PUT vm.add-disk`: before boot the disk joins the configuration;
+    /// a running VM needs hotplug, which this VMM lacks (500).
+    VmAddDisk(Box<DiskConfig>),
+    /// `PUT vm.add-net`: as [`ApiRequest::VmAddDisk`] for a NIC.
+    VmAddNet(Box<NetConfig>),
+    /// `PUT vm.remove-device`: before boot a disk or NIC leaves the
+    /// configuration; a running VM needs hot-unplug (500).
+    VmRemoveDevice(VmRemoveDeviceData),
+    /// `PUT vm.resize-zone`: needs virtio-mem (500 once the zone exists).
+    VmResizeZone(VmResizeZoneData),
+    /// `PUT vm.resize-disk`: 500 once the disk exists (not implemented).
+    VmResizeDisk(VmResizeDiskData),
+    /// An upstream endpoint for a feature this VMM does not have: answered
+    /// with the state error upstream gives first, else
+    /// [`ApiError::NotSupported`].
+    Unsupported(UnsupportedAction),
+}
+
+/// What an endpoint of a missing feature needs before upstream would try
+/// the feature itself, so that the state errors come out as upstream's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Needs {
+    /// A VM must exist (404 otherwise).
+    Vm,
+    /// The VM must run (500 "VM is not running" otherwise).
+    Running,
+    /// No VM may exist (500 "VM is already created" otherwise).
+    NoVm,
+}
+
+/// A request for a feature this VMM lacks (see [`ApiRequest::Unsupported`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnsupportedAction {
+    /// The endpoint, e.g. `vm.add-fs`.
+    pub endpoint: &'static str,
+    /// The feature, for the error message (`virtio-fs`).
+    pub feature: &'static str,
+    /// The state check done first.
+    pub needs: Needs,
+}
+
+impl UnsupportedAction {
+    /// The answer for a VM in `state` (`None`: no VM): upstream's state
+    /// error if it would give one, else [`ApiError::NotSupported`].
+    pub fn refusal(&self, state: Option<VmState>) -> ApiError {
+        let running = matches!(state, Some(VmState::Running | VmState::Paused));
+        match (self.needs, state) {
+            (Needs::Vm, None) => ApiError::VmNotCreated,
+            (Needs::Running, _) if !running => ApiError::VmNotRunning,
+            (Needs::NoVm, Some(_)) => ApiError::VmAlreadyCreated,
+            _ => ApiError::NotSupported(self.feature.into()),
+        }
+    }
 }
 
 impl ApiRequest {
@@ -77,6 +133,13 @@ impl ApiRequest {
             Self::VmBalloonStats => "vm.balloon-stats",
             Self::VmmPing => "vmm.ping",
             Self::VmmShutdown => "vmm.shutdown",
+            Self::VmNmi => "vm.nmi",
+            Self::VmAddDisk(_) => "vm.add-disk",
+            Self::VmAddNet(_) => "vm.add-net",
+            Self::VmRemoveDevice(_) => "vm.remove-device",
+            Self::VmResizeZone(_) => "vm.resize-zone",
+            Self::VmResizeDisk(_) => "vm.resize-disk",
+            Self::Unsupported(a) => a.endpoint,
         }
     }
 }
@@ -96,41 +159,48 @@ pub enum ApiResponse {
     VmmPing(VmmPingResponse),
 }
 
-/// Why a request failed. Each variant maps to one HTTP status
-/// ([`ApiError::status`]): 4xx when the client can fix it (bad input, wrong
-/// state), 5xx only when the VMM itself failed or is unreachable.
+/// Why a request failed. Statuses and texts follow upstream Cloud
+/// Hypervisor v53, so its clients see the same answers: 404 when no VM (or
+/// no configuration) exists, 500 for an action the VM's state or this
+/// VMM's features do not allow, 400 for a request a client must fix.
+/// [`ApiError::reasons`] is the error chain after the endpoint's context
+/// (`["Error from API", "The VM could not be paused", <reasons>...]`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ApiError {
-    /// The action needs a VM and none was created (404, as newest upstream).
+    /// The action needs a VM and none was created (404).
     #[error("VM is not created")]
     VmNotCreated,
-    /// `vm.create` when a VM already exists (409).
+    /// `vm.boot` without a VM (404).
+    #[error("VM config is missing")]
+    VmMissingConfig,
+    /// `vm.create` when a VM exists, `vm.boot` when it runs (500).
     #[error("VM is already created")]
     VmAlreadyCreated,
-    /// The action needs a booted VM (409).
-    #[error("VM is not booted")]
-    VmNotBooted,
-    /// `vm.boot` on a running or paused VM (409).
-    #[error("VM is already booted")]
-    VmAlreadyBooted,
-    /// Any other action not allowed in the current state (409), such as
-    /// resuming a running VM.
-    #[error("invalid VM state transition from {from} to {to}")]
+    /// The action needs a running (or paused) VM (500).
+    #[error("VM is not running")]
+    VmNotRunning,
+    /// Pause a paused VM, resume a running one (500).
+    #[error("Cannot {action} VM")]
     InvalidStateTransition {
+        /// `pause` or `resume`.
+        action: &'static str,
         /// State the VM is in.
         from: VmState,
         /// State the action would lead to.
         to: VmState,
     },
     /// The request itself is wrong (400): bad value, failed validation.
-    #[error("bad request: {0}")]
+    #[error("{0}")]
     BadRequest(String),
-    /// The VM has no balloon device to resize (409).
-    #[error("VM has no balloon device")]
+    /// The VM has no balloon device (500).
+    #[error("Error from device manager")]
     NoBalloon,
-    /// The request is well-formed but this VMM does not implement it (400,
-    /// not 501: nothing is broken, the client asked for a feature we lack).
-    #[error("not supported: {0}")]
+    /// No device with this id (500).
+    #[error("No device with id {0:?} to remove")]
+    UnknownDevice(String),
+    /// A feature this VMM does not have (500, as upstream answers for a
+    /// feature its build or host lacks).
+    #[error("not supported by this VMM: {0}")]
     NotSupported(String),
     /// The VMM did not answer in time (503). It may still carry the request
     /// out later.
@@ -140,7 +210,7 @@ pub enum ApiError {
     #[error("the VMM is not running")]
     VmmUnavailable,
     /// The VMM failed to carry out a valid request (500).
-    #[error("internal error: {0}")]
+    #[error("{0}")]
     Internal(String),
 }
 
@@ -148,16 +218,37 @@ impl ApiError {
     /// The HTTP status code this error is answered with.
     pub fn status(&self) -> u16 {
         match self {
-            Self::VmNotCreated => 404,
-            Self::VmAlreadyCreated
-            | Self::VmNotBooted
-            | Self::VmAlreadyBooted
-            | Self::InvalidStateTransition { .. }
-            | Self::NoBalloon => 409,
-            Self::BadRequest(_) | Self::NotSupported(_) => 400,
+            Self::VmNotCreated | Self::VmMissingConfig => 404,
+            Self::BadRequest(_) => 400,
             Self::Timeout(_) => 503,
-            Self::VmmUnavailable | Self::Internal(_) => 500,
+            Self::VmAlreadyCreated
+            | Self::VmNotRunning
+            | Self::InvalidStateTransition { .. }
+            | Self::NoBalloon
+            | Self::UnknownDevice(_)
+            | Self::NotSupported(_)
+            | Self::VmmUnavailable
+            | Self::Internal(_) => 500,
         }
+    }
+
+    /// The error chain, outermost first, in upstream's words where
+    /// upstream has the case.
+    pub fn reasons(&self) -> Vec<String> {
+        let mut chain = vec![self.to_string()];
+        match self {
+            Self::InvalidStateTransition { action, from, to } => {
+                chain.push(format!("Failed to {action} migratable component"));
+                chain.push(format!(
+                    "Invalid transition: InvalidStateTransition({from}, {to})"
+                ));
+            }
+            Self::NoBalloon => {
+                chain.push("Missing virtio-balloon, can't proceed as expected".into())
+            }
+            _ => {}
+        }
+        chain
     }
 }
 
@@ -339,12 +430,32 @@ mod tests {
     }
 
     #[test]
-    fn statuses_are_4xx_for_clients_and_5xx_for_the_vmm() {
+    fn statuses_are_upstreams() {
         assert_eq!(ApiError::VmNotCreated.status(), 404);
-        assert_eq!(ApiError::VmAlreadyBooted.status(), 409);
+        assert_eq!(ApiError::VmMissingConfig.status(), 404);
+        assert_eq!(ApiError::VmAlreadyCreated.status(), 500);
+        assert_eq!(ApiError::VmNotRunning.status(), 500);
         assert_eq!(ApiError::BadRequest("x".into()).status(), 400);
-        assert_eq!(ApiError::NotSupported("x".into()).status(), 400);
+        assert_eq!(ApiError::NotSupported("x".into()).status(), 500);
         assert_eq!(ApiError::Timeout(Duration::ZERO).status(), 503);
         assert_eq!(ApiError::Internal("x".into()).status(), 500);
+    }
+
+    #[test]
+    fn reasons_follow_upstreams_chain() {
+        let e = ApiError::InvalidStateTransition {
+            action: "pause",
+            from: VmState::Paused,
+            to: VmState::Paused,
+        };
+        assert_eq!(
+            e.reasons(),
+            [
+                "Cannot pause VM",
+                "Failed to pause migratable component",
+                "Invalid transition: InvalidStateTransition(Paused, Paused)"
+            ]
+        );
+        assert_eq!(ApiError::VmNotRunning.reasons(), ["VM is not running"]);
     }
 }

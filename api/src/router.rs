@@ -2,31 +2,32 @@
 //! or an [`HttpError`], and [`ApiResult`] → status and body. No I/O here,
 //! so every rule is unit-tested and fuzzed without a server.
 //!
-//! Status codes (documented in docs/api.md and the OpenAPI file):
+//! Every endpoint of upstream Cloud Hypervisor v53 is known, and answers
+//! as upstream's server does (documented in docs/api.md and the OpenAPI
+//! file), so that upstream's clients read our answers as theirs:
 //! * 200 with a JSON body (`vm.info`, `vm.counters`, `vm.balloon-stats`,
-//!   `vmm.ping`), 200 without
-//!   a body for `vmm.shutdown` (as upstream), 204 for every other action.
-//! * 400: missing/invalid JSON body, wrong types, unknown fields, a
-//!   configuration that fails validation, unsupported features.
-//! * 404: unknown path, or the VM is not created.
-//! * 405 (with `Allow`): a known path with the wrong method. Upstream answers
-//!   400 here; 405 is what HTTP specifies and still a client error.
+//!   `vmm.ping`), 200 without a body for `vmm.shutdown`, 204 for every
+//!   other action.
+//! * 400: wrong method, a body on an action that takes none, a missing or
+//!   malformed JSON body, a configuration that fails validation (naming
+//!   the field and value).
+//! * 404: unknown path, or no VM (no configuration for `vm.boot`).
+//! * 500: the action is not allowed in the VM's state, the feature is not
+//!   in this VMM, or the VMM failed.
 //! * 408: the body did not arrive in time. 413: body over [`MAX_BODY_SIZE`].
-//! * 409: the action is not allowed in the VM's current state.
-//! * 500: the VMM failed or is gone. 503: the VMM did not answer in time.
+//!   503: the VMM did not answer in time. (Upstream has no such limits.)
 //!
-//! Error bodies are a JSON array of strings, the error's `source()` chain
-//! from outermost to innermost (newest upstream's format), e.g.
-//! `["invalid JSON body for vm.create", "unknown field `foo`, …"]`.
-
-use std::error::Error as StdError;
+//! Error bodies are a JSON array of strings, outermost first, as
+//! upstream's: `["Error from API", "The VM could not be paused", "VM is
+//! not running"]`, `["Failed to deserialize JSON", "<serde's reason>"]`,
+//! `["Not Found"]`, `["Bad Request", "<why>"]`.
 
 use serde_json::Value;
 
-use vm_config::{ValidationError, VmConfig};
+use vm_config::{compat, DiskConfig, NetConfig, ValidationError, VmConfig};
 
-use crate::protocol::{ApiError, ApiRequest, ApiResponse, ApiResult};
-use crate::types::VmResizeData;
+use crate::protocol::{ApiError, ApiRequest, ApiResponse, ApiResult, Needs, UnsupportedAction};
+use crate::types::{VmRemoveDeviceData, VmResizeData, VmResizeDiskData, VmResizeZoneData};
 
 /// Every endpoint lives under this prefix.
 pub const API_PREFIX: &str = "/api/v1/";
@@ -38,7 +39,7 @@ pub const MAX_BODY_SIZE: usize = 1 << 20;
 /// Whether an endpoint reads a request body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BodyKind {
-    /// Any body is ignored (as upstream).
+    /// No body may be sent (400 otherwise, as upstream).
     None,
     /// A JSON body is required.
     Json,
@@ -56,62 +57,319 @@ pub struct Route {
     pub body: BodyKind,
     /// Status of a successful answer without body.
     pub empty_status: u16,
+    /// Upstream's context line of an error answer ("The VM could not boot").
+    pub context: &'static str,
     build: fn(&[u8]) -> Result<ApiRequest, HttpError>,
 }
 
 impl Route {
-    /// Turns the body into the request (the body is ignored for
-    /// [`BodyKind::None`]).
+    /// Turns the body into the request.
     pub fn build(&self, body: &[u8]) -> Result<ApiRequest, HttpError> {
-        if self.body == BodyKind::Json && body.is_empty() {
-            return Err(HttpError::MissingBody {
+        match self.body {
+            BodyKind::Json if body.is_empty() => Err(HttpError::MissingBody {
                 endpoint: self.endpoint,
-            });
+            }),
+            BodyKind::None if !body.is_empty() => Err(HttpError::UnexpectedBody {
+                endpoint: self.endpoint,
+            }),
+            _ => (self.build)(body).map_err(|e| e.in_context(self.context)),
         }
-        (self.build)(body)
     }
 }
 
-macro_rules! simple {
-    ($endpoint:literal, $method:literal, $status:literal, $req:expr) => {
+macro_rules! route {
+    ($endpoint:literal, $method:literal, $status:literal, $context:literal, None, $req:expr) => {
         Route {
             endpoint: $endpoint,
             method: $method,
             body: BodyKind::None,
             empty_status: $status,
+            context: $context,
             build: |_| Ok($req),
+        }
+    };
+    ($endpoint:literal, $method:literal, $status:literal, $context:literal, Json, $build:expr) => {
+        Route {
+            endpoint: $endpoint,
+            method: $method,
+            body: BodyKind::Json,
+            empty_status: $status,
+            context: $context,
+            build: $build,
         }
     };
 }
 
-/// The route table.
+/// An endpoint for a feature this VMM lacks: the body must have the
+/// fields upstream requires; the VMM answers the state error or 500.
+macro_rules! unsupported {
+    ($endpoint:literal, $context:literal, $feature:literal, $needs:expr, [$($field:literal),*]) => {
+        route!($endpoint, "PUT", 204, $context, Json, |body| {
+            require_fields($endpoint, body, &[$($field),*])?;
+            Ok(ApiRequest::Unsupported(UnsupportedAction {
+                endpoint: $endpoint,
+                feature: $feature,
+                needs: $needs,
+            }))
+        })
+    };
+}
+
+/// The route table: upstream v53's endpoints plus `vm.balloon-stats`.
 pub static ROUTES: &[Route] = &[
-    Route {
-        endpoint: "vm.create",
-        method: "PUT",
-        body: BodyKind::Json,
-        empty_status: 204,
-        build: build_vm_create,
-    },
-    simple!("vm.boot", "PUT", 204, ApiRequest::VmBoot),
-    simple!("vm.shutdown", "PUT", 204, ApiRequest::VmShutdown),
-    simple!("vm.reboot", "PUT", 204, ApiRequest::VmReboot),
-    simple!("vm.pause", "PUT", 204, ApiRequest::VmPause),
-    simple!("vm.resume", "PUT", 204, ApiRequest::VmResume),
-    simple!("vm.power-button", "PUT", 204, ApiRequest::VmPowerButton),
-    simple!("vm.delete", "PUT", 204, ApiRequest::VmDelete),
-    simple!("vm.info", "GET", 204, ApiRequest::VmInfo),
-    simple!("vm.counters", "GET", 204, ApiRequest::VmCounters),
-    Route {
-        endpoint: "vm.resize",
-        method: "PUT",
-        body: BodyKind::Json,
-        empty_status: 204,
-        build: build_vm_resize,
-    },
-    simple!("vm.balloon-stats", "GET", 204, ApiRequest::VmBalloonStats),
-    simple!("vmm.ping", "GET", 204, ApiRequest::VmmPing),
-    simple!("vmm.shutdown", "PUT", 200, ApiRequest::VmmShutdown),
+    route!(
+        "vm.create",
+        "PUT",
+        204,
+        "The VM could not be created",
+        Json,
+        build_vm_create
+    ),
+    route!(
+        "vm.boot",
+        "PUT",
+        204,
+        "The VM could not boot",
+        None,
+        ApiRequest::VmBoot
+    ),
+    route!(
+        "vm.shutdown",
+        "PUT",
+        204,
+        "The VM could not shutdown",
+        None,
+        ApiRequest::VmShutdown
+    ),
+    route!(
+        "vm.reboot",
+        "PUT",
+        204,
+        "The VM could not reboot",
+        None,
+        ApiRequest::VmReboot
+    ),
+    route!(
+        "vm.pause",
+        "PUT",
+        204,
+        "The VM could not be paused",
+        None,
+        ApiRequest::VmPause
+    ),
+    route!(
+        "vm.resume",
+        "PUT",
+        204,
+        "The VM could not resume",
+        None,
+        ApiRequest::VmResume
+    ),
+    route!(
+        "vm.power-button",
+        "PUT",
+        204,
+        "Error triggering power button",
+        None,
+        ApiRequest::VmPowerButton
+    ),
+    route!(
+        "vm.nmi",
+        "PUT",
+        204,
+        "Error triggering NMI",
+        None,
+        ApiRequest::VmNmi
+    ),
+    route!(
+        "vm.delete",
+        "PUT",
+        204,
+        "The VM could not be deleted",
+        None,
+        ApiRequest::VmDelete
+    ),
+    route!(
+        "vm.info",
+        "GET",
+        204,
+        "The VM info is not available",
+        None,
+        ApiRequest::VmInfo
+    ),
+    route!(
+        "vm.counters",
+        "GET",
+        204,
+        "The VM info is not available",
+        None,
+        ApiRequest::VmCounters
+    ),
+    route!(
+        "vm.resize",
+        "PUT",
+        204,
+        "The VM could not be resized",
+        Json,
+        build_vm_resize
+    ),
+    route!(
+        "vm.resize-zone",
+        "PUT",
+        204,
+        "The memory zone could not be resized",
+        Json,
+        |b| Ok(ApiRequest::VmResizeZone(json::<VmResizeZoneData>(
+            "vm.resize-zone",
+            b
+        )?))
+    ),
+    route!(
+        "vm.resize-disk",
+        "PUT",
+        204,
+        "The disk could not be resized",
+        Json,
+        |b| Ok(ApiRequest::VmResizeDisk(json::<VmResizeDiskData>(
+            "vm.resize-disk",
+            b
+        )?))
+    ),
+    route!(
+        "vm.add-disk",
+        "PUT",
+        204,
+        "The disk could not be added to the VM",
+        Json,
+        build_add_disk
+    ),
+    route!(
+        "vm.add-net",
+        "PUT",
+        204,
+        "The network device could not be added to the VM",
+        Json,
+        build_add_net
+    ),
+    route!(
+        "vm.remove-device",
+        "PUT",
+        204,
+        "The device could not be removed from the VM",
+        Json,
+        |b| Ok(ApiRequest::VmRemoveDevice(json::<VmRemoveDeviceData>(
+            "vm.remove-device",
+            b
+        )?))
+    ),
+    unsupported!(
+        "vm.add-device",
+        "The device could not be added to the VM",
+        "VFIO device assignment",
+        Needs::Vm,
+        ["path"]
+    ),
+    unsupported!(
+        "vm.add-user-device",
+        "The user device could not be added to the VM",
+        "vfio-user devices",
+        Needs::Vm,
+        ["socket"]
+    ),
+    unsupported!(
+        "vm.add-fs",
+        "The fs could not be added to the VM",
+        "virtio-fs",
+        Needs::Vm,
+        ["tag", "socket"]
+    ),
+    unsupported!(
+        "vm.add-generic-vhost-user",
+        "The generic vhost-user device could not be added to the VM",
+        "vhost-user devices",
+        Needs::Vm,
+        ["socket", "device_type", "queue_sizes"]
+    ),
+    unsupported!(
+        "vm.add-pmem",
+        "The pmem device could not be added to the VM",
+        "virtio-pmem",
+        Needs::Vm,
+        ["file"]
+    ),
+    unsupported!(
+        "vm.add-vsock",
+        "The vsock device could not be added to the VM",
+        "virtio-vsock",
+        Needs::Vm,
+        ["cid", "socket"]
+    ),
+    unsupported!(
+        "vm.add-vdpa",
+        "The vDPA device could not be added to the VM",
+        "vDPA devices",
+        Needs::Vm,
+        ["path"]
+    ),
+    unsupported!(
+        "vm.snapshot",
+        "The VM could not be snapshotted",
+        "snapshot",
+        Needs::Running,
+        ["destination_url"]
+    ),
+    unsupported!(
+        "vm.coredump",
+        "The VM could not be coredumped",
+        "guest coredump",
+        Needs::Running,
+        ["destination_url"]
+    ),
+    unsupported!(
+        "vm.restore",
+        "The VM could not be restored",
+        "restore from a snapshot",
+        Needs::NoVm,
+        ["source_url"]
+    ),
+    unsupported!(
+        "vm.send-migration",
+        "Error dispatching the migration worker",
+        "live migration",
+        Needs::Running,
+        ["destination_url"]
+    ),
+    unsupported!(
+        "vm.receive-migration",
+        "Error receiving migration",
+        "live migration",
+        Needs::NoVm,
+        ["receiver_url"]
+    ),
+    route!(
+        "vm.balloon-stats",
+        "GET",
+        204,
+        "The balloon statistics are not available",
+        None,
+        ApiRequest::VmBalloonStats
+    ),
+    route!(
+        "vmm.ping",
+        "GET",
+        204,
+        "The VMM could not be pinged",
+        None,
+        ApiRequest::VmmPing
+    ),
+    route!(
+        "vmm.shutdown",
+        "PUT",
+        200,
+        "The VMM could not shutdown",
+        None,
+        ApiRequest::VmmShutdown
+    ),
 ];
 
 /// Deserializes `body` as `T`, then checks that the JSON had the shape of
@@ -122,8 +380,32 @@ fn json<T: serde::de::DeserializeOwned + serde::Serialize>(
     endpoint: &'static str,
     body: &[u8],
 ) -> Result<T, HttpError> {
+    let input: Value =
+        serde_json::from_slice(body).map_err(|source| HttpError::BadBody { endpoint, source })?;
+    json_value(endpoint, input)
+}
+
+/// A device body as upstream's ch-remote sends it: every upstream field
+/// present with its default. `strip` drops those that ask for nothing and
+/// refuses (400, naming field and value) those that ask for a feature we
+/// lack.
+fn upstream_json(
+    endpoint: &'static str,
+    body: &[u8],
+    strip: fn(&mut Value) -> Result<(), compat::Unsupported>,
+) -> Result<Value, HttpError> {
+    let mut input: Value =
+        serde_json::from_slice(body).map_err(|source| HttpError::BadBody { endpoint, source })?;
+    strip(&mut input).map_err(|e| HttpError::Api(ApiError::BadRequest(e.to_string())))?;
+    Ok(input)
+}
+
+/// [`json`] of an already parsed body.
+fn json_value<T: serde::de::DeserializeOwned + serde::Serialize>(
+    endpoint: &'static str,
+    input: Value,
+) -> Result<T, HttpError> {
     let bad = |source| HttpError::BadBody { endpoint, source };
-    let input: Value = serde_json::from_slice(body).map_err(bad)?;
     let value: T = serde_json::from_value(input.clone()).map_err(bad)?;
     let canonical = serde_json::to_value(&value).map_err(bad)?;
     check_shape(&input, &canonical, "body").map_err(|reason| HttpError::BadShape {
@@ -131,6 +413,29 @@ fn json<T: serde::de::DeserializeOwned + serde::Serialize>(
         source: ShapeError(reason),
     })?;
     Ok(value)
+}
+
+/// For endpoints whose body we do not model: a JSON object that has every
+/// field upstream requires.
+fn require_fields(endpoint: &'static str, body: &[u8], fields: &[&str]) -> Result<(), HttpError> {
+    let bad = |source| HttpError::BadBody { endpoint, source };
+    let input: Value = serde_json::from_slice(body).map_err(bad)?;
+    let Value::Object(map) = input else {
+        return Err(HttpError::BadShape {
+            endpoint,
+            source: ShapeError(format!("body: expected an object, got {}", kind(&input))),
+        });
+    };
+    match fields
+        .iter()
+        .find(|f| map.get(**f).is_none_or(Value::is_null))
+    {
+        Some(missing) => Err(HttpError::BadShape {
+            endpoint,
+            source: ShapeError(format!("missing field `{missing}`")),
+        }),
+        None => Ok(()),
+    }
 }
 
 fn kind(v: &Value) -> &'static str {
@@ -174,8 +479,23 @@ fn build_vm_create(body: &[u8]) -> Result<ApiRequest, HttpError> {
     let config: VmConfig = json("vm.create", body)?;
     config
         .validate()
-        .map_err(|source| HttpError::InvalidConfig { source })?;
+        .map_err(|source| HttpError::InvalidConfig {
+            context: "The VM could not be created",
+            source,
+        })?;
     Ok(ApiRequest::VmCreate(Box::new(config)))
+}
+
+fn build_add_disk(body: &[u8]) -> Result<ApiRequest, HttpError> {
+    let disk = upstream_json("vm.add-disk", body, compat::strip_upstream_disk_fields)?;
+    let disk: DiskConfig = json_value("vm.add-disk", disk)?;
+    Ok(ApiRequest::VmAddDisk(Box::new(disk)))
+}
+
+fn build_add_net(body: &[u8]) -> Result<ApiRequest, HttpError> {
+    let net = upstream_json("vm.add-net", body, compat::strip_upstream_net_fields)?;
+    let net: NetConfig = json_value("vm.add-net", net)?;
+    Ok(ApiRequest::VmAddNet(Box::new(net)))
 }
 
 fn build_vm_resize(body: &[u8]) -> Result<ApiRequest, HttpError> {
@@ -190,24 +510,27 @@ fn build_vm_resize(body: &[u8]) -> Result<ApiRequest, HttpError> {
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
     /// No such endpoint.
-    #[error("unknown API endpoint {path}")]
+    #[error("Not Found")]
     NotFound {
         /// The path asked for.
         path: String,
     },
-    /// Known endpoint, wrong method.
-    #[error("{endpoint} does not support {method}; use {allowed}")]
+    /// Known endpoint, wrong method (upstream: 400 "Bad Request").
+    #[error("Bad Request")]
     MethodNotAllowed {
-        /// Endpoint name.
-        endpoint: &'static str,
-        /// Method used.
-        method: String,
-        /// The method to use.
-        allowed: &'static str,
+        /// Why, for the second line of the body.
+        #[source]
+        source: Detail,
     },
     /// A body is required and none was sent.
-    #[error("{endpoint} needs a JSON body")]
+    #[error("Bad Request")]
     MissingBody {
+        /// Endpoint name.
+        endpoint: &'static str,
+    },
+    /// A body was sent to an action that takes none.
+    #[error("Bad Request")]
+    UnexpectedBody {
         /// Endpoint name.
         endpoint: &'static str,
     },
@@ -221,7 +544,7 @@ pub enum HttpError {
     #[error("request body not received: {0}")]
     BodyTimeout(String),
     /// The body is not the JSON the endpoint expects.
-    #[error("invalid JSON body for {endpoint}")]
+    #[error("Failed to deserialize JSON")]
     BadBody {
         /// Endpoint name.
         endpoint: &'static str,
@@ -231,7 +554,7 @@ pub enum HttpError {
     },
     /// The body parsed, but not in the documented shape (an array where an
     /// object is expected, say).
-    #[error("invalid JSON body for {endpoint}")]
+    #[error("Failed to deserialize JSON")]
     BadShape {
         /// Endpoint name.
         endpoint: &'static str,
@@ -240,38 +563,81 @@ pub enum HttpError {
         source: ShapeError,
     },
     /// The configuration parsed but is not valid.
-    #[error("invalid VM configuration")]
+    #[error("Failed to validate config")]
     InvalidConfig {
+        /// The endpoint's context line.
+        context: &'static str,
         /// Why.
         #[source]
         source: ValidationError,
     },
-    /// The VMM (or the path to it) answered with an error.
+    /// The VMM (or the path to it) answered with an error, before the
+    /// endpoint's context is known.
     #[error(transparent)]
     Api(#[from] ApiError),
+    /// The VMM answered with an error for an endpoint.
+    #[error("Error from API")]
+    Vmm {
+        /// The endpoint's context line.
+        context: &'static str,
+        /// The VMM's error.
+        error: ApiError,
+    },
 }
+
+/// A one-line reason under a generic error line.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Detail(String);
 
 impl HttpError {
     /// The HTTP status code.
     pub fn status(&self) -> u16 {
         match self {
             Self::NotFound { .. } => 404,
-            Self::MethodNotAllowed { .. } => 405,
-            Self::MissingBody { .. }
+            Self::MethodNotAllowed { .. }
+            | Self::MissingBody { .. }
+            | Self::UnexpectedBody { .. }
             | Self::BadBody { .. }
             | Self::BadShape { .. }
             | Self::InvalidConfig { .. } => 400,
             Self::BodyTooLarge { .. } => 413,
             Self::BodyTimeout(_) => 408,
-            Self::Api(e) => e.status(),
+            Self::Api(e) | Self::Vmm { error: e, .. } => e.status(),
         }
     }
 
-    /// The `Allow` header value for 405 answers.
-    pub fn allow(&self) -> Option<&'static str> {
+    /// An [`HttpError::Api`] becomes an [`HttpError::Vmm`] of `context`.
+    fn in_context(self, context: &'static str) -> Self {
         match self {
-            Self::MethodNotAllowed { allowed, .. } => Some(allowed),
-            _ => None,
+            Self::Api(error) => Self::Vmm { context, error },
+            other => other,
+        }
+    }
+
+    /// The JSON error body's lines, outermost first.
+    pub fn chain(&self) -> Vec<String> {
+        match self {
+            Self::Vmm { context, error } => {
+                let mut chain = vec!["Error from API".to_owned(), (*context).to_owned()];
+                chain.extend(error.reasons());
+                chain
+            }
+            Self::InvalidConfig { context, .. } => {
+                let mut chain = vec!["Error from API".to_owned(), (*context).to_owned()];
+                chain.extend(error_chain(self));
+                chain
+            }
+            Self::MissingBody { endpoint } => {
+                vec![
+                    "Bad Request".into(),
+                    format!("{endpoint} needs a JSON body"),
+                ]
+            }
+            Self::UnexpectedBody { endpoint } => {
+                vec!["Bad Request".into(), format!("{endpoint} takes no body")]
+            }
+            _ => error_chain(self),
         }
     }
 }
@@ -287,10 +653,12 @@ pub fn find_route(method: &str, path: &str) -> Result<&'static Route, HttpError>
         .find(|r| r.endpoint == endpoint)
         .ok_or_else(not_found)?;
     if route.method != method {
+        let method: String = method.chars().take(32).collect();
         return Err(HttpError::MethodNotAllowed {
-            endpoint: route.endpoint,
-            method: method.chars().take(32).collect(),
-            allowed: route.method,
+            source: Detail(format!(
+                "{} does not support {method}; use {}",
+                route.endpoint, route.method
+            )),
         });
     }
     Ok(route)
@@ -314,12 +682,10 @@ pub struct HttpReply {
     pub status: u16,
     /// JSON body, if any.
     pub body: Option<Vec<u8>>,
-    /// `Allow` header for 405.
-    pub allow: Option<&'static str>,
 }
 
-/// The JSON error body: the `source()` chain as an array of strings.
-pub fn error_chain(err: &dyn StdError) -> Vec<String> {
+/// The `source()` chain of an error as strings, outermost first.
+pub fn error_chain(err: &dyn std::error::Error) -> Vec<String> {
     let mut chain = vec![err.to_string()];
     let mut next = err.source();
     while let Some(e) = next {
@@ -331,23 +697,26 @@ pub fn error_chain(err: &dyn StdError) -> Vec<String> {
 
 /// The answer for an error.
 pub fn error_reply(err: &HttpError) -> HttpReply {
-    let body = serde_json::to_vec(&error_chain(err)).unwrap_or_else(|_| b"[]".to_vec());
+    let body = serde_json::to_vec(&err.chain()).unwrap_or_else(|_| b"[]".to_vec());
     HttpReply {
         status: err.status(),
         body: Some(body),
-        allow: err.allow(),
     }
 }
 
 /// The answer for the VMM's result to a request on `route`.
 pub fn reply_for(route: &Route, result: ApiResult) -> HttpReply {
     let body = match result {
-        Err(e) => return error_reply(&HttpError::Api(e)),
+        Err(error) => {
+            return error_reply(&HttpError::Vmm {
+                context: route.context,
+                error,
+            })
+        }
         Ok(ApiResponse::Empty) => {
             return HttpReply {
                 status: route.empty_status,
                 body: None,
-                allow: None,
             }
         }
         Ok(ApiResponse::VmInfo(info)) => serde_json::to_vec(&info),
@@ -359,11 +728,13 @@ pub fn reply_for(route: &Route, result: ApiResult) -> HttpReply {
         Ok(body) => HttpReply {
             status: 200,
             body: Some(body),
-            allow: None,
         },
-        Err(e) => {
-            error_reply(&ApiError::Internal(format!("cannot serialize the answer: {e}")).into())
-        }
+        Err(e) => reply_for(
+            route,
+            Err(ApiError::Internal(format!(
+                "cannot serialize the answer: {e}"
+            ))),
+        ),
     }
 }
 
@@ -402,9 +773,10 @@ mod tests {
     }
 
     #[test]
-    fn bodies_of_bodiless_actions_are_ignored_like_upstream() {
-        let r = parse_request("PUT", "/api/v1/vm.boot", b"{not json").unwrap();
-        assert_eq!(r, ApiRequest::VmBoot);
+    fn bodies_of_bodiless_actions_are_400_like_upstream() {
+        let e = parse_request("PUT", "/api/v1/vm.boot", b"{}").unwrap_err();
+        assert_eq!(e.status(), 400);
+        assert_eq!(e.chain()[0], "Bad Request");
     }
 
     #[test]
@@ -448,9 +820,16 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.status(), 400);
-        let chain = error_chain(&e);
-        assert_eq!(chain[0], "invalid VM configuration");
-        assert!(chain[1].starts_with("--cpus"), "{chain:?}");
+        let chain = e.chain();
+        assert_eq!(
+            chain[..3],
+            [
+                "Error from API",
+                "The VM could not be created",
+                "Failed to validate config"
+            ]
+        );
+        assert!(chain[3].starts_with("--cpus"), "{chain:?}");
     }
 
     #[test]
@@ -459,7 +838,7 @@ mod tests {
         let reply = error_reply(&e);
         assert_eq!(reply.status, 400);
         let chain: Vec<String> = serde_json::from_slice(&reply.body.unwrap()).unwrap();
-        assert_eq!(chain[0], "invalid JSON body for vm.create");
+        assert_eq!(chain[0], "Failed to deserialize JSON");
         assert!(chain[1].contains("unknown field `bogus`"), "{chain:?}");
     }
 
@@ -521,19 +900,32 @@ mod tests {
         }
     }
 
+    fn status_err(method: &str, path: &str) -> HttpError {
+        parse_request(method, path, b"").unwrap_err()
+    }
+
     #[test]
-    fn unknown_paths_are_404_and_wrong_methods_405() {
+    fn unknown_paths_are_404_and_wrong_methods_400() {
         assert_eq!(status_of("GET", "/api/v1/vm.nope", ""), 404);
         assert_eq!(status_of("GET", "/api/v2/vm.info", ""), 404);
         assert_eq!(status_of("GET", "/api/v1/vm.info/", ""), 404);
         assert_eq!(status_of("GET", "/", ""), 404);
         assert_eq!(status_of("GET", "", ""), 404);
         let e = parse_request("PUT", "/api/v1/vm.info", b"").unwrap_err();
-        assert_eq!(e.status(), 405);
-        assert_eq!(e.allow(), Some("GET"));
-        assert_eq!(status_of("GET", "/api/v1/vm.boot", ""), 405);
-        assert_eq!(status_of("POST", "/api/v1/vm.create", "{}"), 405);
-        assert_eq!(status_of("DELETE", "/api/v1/vm.delete", ""), 405);
+        assert_eq!(e.status(), 400);
+        assert_eq!(
+            e.chain(),
+            ["Bad Request", "vm.info does not support PUT; use GET"]
+        );
+        assert_eq!(status_of("GET", "/api/v1/vm.boot", ""), 400);
+        assert_eq!(status_of("POST", "/api/v1/vm.create", "{}"), 400);
+        assert_eq!(status_of("DELETE", "/api/v1/vm.delete", ""), 400);
+        assert_eq!(
+            error_reply(&status_err("GET", "/api/v1/vm.nope"))
+                .body
+                .unwrap(),
+            br#"["Not Found"]"#
+        );
     }
 
     #[test]
@@ -552,12 +944,66 @@ mod tests {
         assert_eq!(reply_for(boot, Ok(ApiResponse::Empty)).body, None);
         let bye = find_route("PUT", "/api/v1/vmm.shutdown").unwrap();
         assert_eq!(reply_for(bye, Ok(ApiResponse::Empty)).status, 200);
-        let r = reply_for(boot, Err(ApiError::VmAlreadyBooted));
-        assert_eq!(r.status, 409);
-        assert_eq!(r.body.unwrap(), br#"["VM is already booted"]"#);
+        let r = reply_for(boot, Err(ApiError::VmAlreadyCreated));
+        assert_eq!(r.status, 500);
+        assert_eq!(
+            r.body.unwrap(),
+            br#"["Error from API","The VM could not boot","VM is already created"]"#
+        );
+        let r = reply_for(boot, Err(ApiError::VmMissingConfig));
+        assert_eq!(r.status, 404);
         let counters = find_route("GET", "/api/v1/vm.counters").unwrap();
         let r = reply_for(counters, Ok(ApiResponse::VmCounters(Default::default())));
         assert_eq!((r.status, r.body.unwrap()), (200, b"{}".to_vec()));
+    }
+
+    #[test]
+    fn every_upstream_v53_endpoint_is_known() {
+        // ch-remote v53's subcommands map to these (plus ping/shutdown-vmm).
+        for endpoint in [
+            "vm.add-device",
+            "vm.add-disk",
+            "vm.add-fs",
+            "vm.add-generic-vhost-user",
+            "vm.add-net",
+            "vm.add-pmem",
+            "vm.add-user-device",
+            "vm.add-vdpa",
+            "vm.add-vsock",
+            "vm.boot",
+            "vm.coredump",
+            "vm.counters",
+            "vm.create",
+            "vm.delete",
+            "vm.info",
+            "vm.nmi",
+            "vm.pause",
+            "vm.power-button",
+            "vm.reboot",
+            "vm.receive-migration",
+            "vm.remove-device",
+            "vm.resize",
+            "vm.resize-disk",
+            "vm.resize-zone",
+            "vm.restore",
+            "vm.resume",
+            "vm.send-migration",
+            "vm.shutdown",
+            "vm.snapshot",
+            "vmm.ping",
+            "vmm.shutdown",
+        ] {
+            assert!(ROUTES.iter().any(|r| r.endpoint == endpoint), "{endpoint}");
+        }
+    }
+
+    #[test]
+    fn unsupported_feature_bodies_need_upstreams_required_fields() {
+        let path = "/api/v1/vm.add-fs";
+        assert_eq!(status_of("PUT", path, r#"{"tag":"t"}"#), 400);
+        assert_eq!(status_of("PUT", path, r#"[1]"#), 400);
+        let r = parse_request("PUT", path, br#"{"tag":"t","socket":"/s","num_queues":1}"#);
+        assert!(matches!(r, Ok(ApiRequest::Unsupported(a)) if a.feature == "virtio-fs"));
     }
 
     #[test]

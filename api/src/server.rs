@@ -22,7 +22,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, SERVER};
+use hyper::ext::ReasonPhrase;
+use hyper::header::{HeaderValue, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, SERVER};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
@@ -142,7 +143,11 @@ impl Server {
         builder
             .timer(TokioTimer::new())
             .header_read_timeout(self.options.header_timeout)
-            .max_buf_size(64 * 1024);
+            .max_buf_size(64 * 1024)
+            // Upstream's clients match header names case-sensitively
+            // (`Content-Length:`) and never expect a `date` header.
+            .title_case_headers(true)
+            .auto_date_header(false);
 
         loop {
             let permit = tokio::select! {
@@ -243,21 +248,30 @@ impl Ctx {
     }
 }
 
-/// Puts an [`HttpReply`] on the wire with the upstream headers. After 408
-/// and 413 the connection is closed: the rest of the body is not read.
+/// Status line without a reason phrase (`HTTP/1.1 200 `), as upstream's
+/// micro_http writes it: upstream's `ch-remote` parses everything after the
+/// version up to the CR as the status number, so `200 OK` breaks it.
+const NO_REASON: ReasonPhrase = ReasonPhrase::from_static(b"");
+
+/// Puts an [`HttpReply`] on the wire framed as upstream's server frames it:
+/// `Server`, `Connection`, then (unless 204) `Content-Type` and
+/// `Content-Length`, in that order. After 408 and 413 the connection is
+/// closed: the rest of the body is not read.
 fn to_response(reply: HttpReply) -> Response<Full<Bytes>> {
     let close = matches!(reply.status, 408 | 413);
-    let mut response = Response::new(Full::new(reply.body.map(Bytes::from).unwrap_or_default()));
+    let body = reply.body.map(Bytes::from).unwrap_or_default();
+    let len = body.len();
+    let mut response = Response::new(Full::new(body));
     *response.status_mut() =
         StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response.extensions_mut().insert(NO_REASON);
     let headers = response.headers_mut();
     headers.insert(SERVER, HeaderValue::from_static(SERVER_NAME));
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    if let Some(allow) = reply.allow {
-        headers.insert(ALLOW, HeaderValue::from_static(allow));
-    }
-    if close {
-        headers.insert(CONNECTION, HeaderValue::from_static("close"));
+    let connection = if close { "close" } else { "keep-alive" };
+    headers.insert(CONNECTION, HeaderValue::from_static(connection));
+    if reply.status != 204 {
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(len));
     }
     response
 }

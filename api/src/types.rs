@@ -154,6 +154,34 @@ pub struct VmResizeData {
     pub desired_balloon: Option<BalloonSize>,
 }
 
+/// `PUT vm.resize-zone`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmResizeZoneData {
+    /// Memory zone id.
+    pub id: String,
+    /// New size of the zone in bytes.
+    pub desired_ram: u64,
+}
+
+/// `PUT vm.resize-disk`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmResizeDiskData {
+    /// Disk id.
+    pub id: String,
+    /// New size of the disk in bytes.
+    pub desired_size: u64,
+}
+
+/// `PUT vm.remove-device`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmRemoveDeviceData {
+    /// Device id.
+    pub id: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -41,7 +41,7 @@ fn full_life_cycle_reports_each_state() {
     let r = h.put_json("vm.create", CREATE_BODY);
     assert_eq!((r.status, r.body.len()), (204, 0));
     assert_eq!(state(&h), VmState::Created);
-    assert_eq!(h.put_json("vm.create", CREATE_BODY).status, 409);
+    assert_eq!(h.put_json("vm.create", CREATE_BODY).status, 500);
     assert_eq!(h.put("vm.boot").status, 204);
     assert_eq!(state(&h), VmState::Running);
     assert_eq!(h.put("vm.pause").status, 204);
@@ -74,41 +74,95 @@ fn info_returns_the_created_config() {
 }
 
 #[test]
-fn wrong_state_actions_are_409_with_a_json_error_body() {
+fn wrong_state_actions_are_500_with_upstreams_error_chain() {
     let h = Harness::start();
     h.put_json("vm.create", CREATE_BODY);
     let r = h.put("vm.resume");
-    assert_eq!(r.status, 409);
-    assert_eq!(error_chain(&r), ["VM is not booted"]);
-    h.put("vm.boot");
-    let r = h.put("vm.boot");
-    assert_eq!(r.status, 409);
-    assert_eq!(r.header("content-type"), Some("application/json"));
-    assert_eq!(error_chain(&r), ["VM is already booted"]);
-    let r = h.put("vm.resume");
-    assert_eq!(r.status, 409);
+    assert_eq!(r.status, 500);
     assert_eq!(
         error_chain(&r),
-        ["invalid VM state transition from Running to Running"]
+        [
+            "Error from API",
+            "The VM could not resume",
+            "VM is not running"
+        ]
+    );
+    h.put("vm.boot");
+    let r = h.put("vm.boot");
+    assert_eq!(r.status, 500);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(
+        error_chain(&r),
+        [
+            "Error from API",
+            "The VM could not boot",
+            "VM is already created"
+        ]
+    );
+    let r = h.put("vm.resume");
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        error_chain(&r),
+        [
+            "Error from API",
+            "The VM could not resume",
+            "Cannot resume VM",
+            "Failed to resume migratable component",
+            "Invalid transition: InvalidStateTransition(Running, Running)"
+        ]
     );
 }
 
 #[test]
-fn actions_without_a_vm_are_404() {
+fn actions_without_a_vm_answer_as_upstream() {
     let h = Harness::start();
-    for endpoint in [
-        "vm.boot",
-        "vm.shutdown",
-        "vm.reboot",
-        "vm.pause",
-        "vm.resume",
-        "vm.power-button",
+    // 404 where upstream looks for the VM, 500 where it asks whether it runs.
+    for (endpoint, status, reason) in [
+        ("vm.boot", 404, "VM config is missing"),
+        ("vm.reboot", 404, "VM is not created"),
+        ("vm.shutdown", 500, "VM is not running"),
+        ("vm.pause", 500, "VM is not running"),
+        ("vm.resume", 500, "VM is not running"),
+        ("vm.power-button", 500, "VM is not running"),
+        ("vm.nmi", 500, "VM is not running"),
     ] {
         let r = h.put(endpoint);
-        assert_eq!(r.status, 404, "{endpoint}");
-        assert_eq!(error_chain(&r), ["VM is not created"]);
+        assert_eq!(r.status, status, "{endpoint}");
+        assert_eq!(error_chain(&r)[2], reason, "{endpoint}");
     }
-    assert_eq!(h.get("vm.counters").status, 404);
+    assert_eq!(h.get("vm.counters").status, 500);
+    assert_eq!(h.get("vm.info").status, 404);
+    let r = h.put_json("vm.add-fs", r#"{"tag":"t","socket":"/tmp/s"}"#);
+    assert_eq!(r.status, 404);
+}
+
+#[test]
+fn responses_are_framed_as_upstreams_micro_http() {
+    let h = Harness::start();
+    for (method, endpoint, head) in [
+        (
+            "GET",
+            "vmm.ping",
+            "HTTP/1.1 200 \r\nServer: Cloud Hypervisor API\r\nConnection: keep-alive\r\nContent-Type: application/json\r\nContent-Length: ",
+        ),
+        (
+            "PUT",
+            "vm.delete",
+            "HTTP/1.1 204 \r\nServer: Cloud Hypervisor API\r\nConnection: keep-alive\r\n\r\n",
+        ),
+        (
+            "GET",
+            "vm.info",
+            "HTTP/1.1 404 \r\nServer: Cloud Hypervisor API\r\nConnection: keep-alive\r\nContent-Type: application/json\r\nContent-Length: ",
+        ),
+    ] {
+        let mut stream = h.connect();
+        let request = format!("{method} /api/v1/{endpoint} HTTP/1.1\r\nHost: localhost\r\n\r\n");
+        common::write_raw(&mut stream, request.as_bytes());
+        let (raw, _) = common::read_until_close(&mut stream, std::time::Duration::from_secs(1));
+        let text = String::from_utf8_lossy(&raw);
+        assert!(text.starts_with(head), "{endpoint}: {text:?}");
+    }
 }
 
 #[test]
@@ -127,20 +181,28 @@ fn resize_balloon_by_tier_and_reject_bad_values() {
     let r = h.put_json("vm.resize", r#"{"desired_balloon":[1,2,3]}"#);
     assert_eq!(r.status, 400);
     let chain = error_chain(&r);
-    assert_eq!(chain[0], "invalid JSON body for vm.resize");
+    assert_eq!(chain[0], "Failed to deserialize JSON");
     assert!(chain[1].contains("two-element array"), "{chain:?}");
     let r = h.put_json("vm.resize", r#"{"desired_vcpus":2}"#);
-    assert_eq!(r.status, 400);
-    assert!(error_chain(&r)[0].contains("not supported"));
+    assert_eq!(r.status, 500);
+    assert!(error_chain(&r)[2].contains("not supported"));
 }
 
 #[test]
-fn resize_without_a_balloon_is_409() {
+fn resize_without_a_balloon_is_500_as_upstream() {
     let h = Harness::start_with(Default::default(), common::test_options(), None);
     h.put_json("vm.create", CREATE_BODY);
     let r = h.put_json("vm.resize", r#"{"desired_balloon":[1,1]}"#);
-    assert_eq!(r.status, 409);
-    assert_eq!(error_chain(&r), ["VM has no balloon device"]);
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        error_chain(&r),
+        [
+            "Error from API",
+            "The VM could not be resized",
+            "Error from device manager",
+            "Missing virtio-balloon, can't proceed as expected"
+        ]
+    );
 }
 
 #[test]
@@ -148,10 +210,10 @@ fn http_layer_errors_over_the_socket() {
     let h = Harness::start();
     let r = h.get("vm.nothing");
     assert_eq!(r.status, 404);
-    assert_eq!(error_chain(&r), ["unknown API endpoint /api/v1/vm.nothing"]);
+    assert_eq!(error_chain(&r), ["Not Found"]);
     let r = h.put("vm.info");
-    assert_eq!(r.status, 405);
-    assert_eq!(r.header("allow"), Some("GET"));
+    assert_eq!(r.status, 400);
+    assert_eq!(error_chain(&r)[0], "Bad Request");
     assert_eq!(h.put("vm.create").status, 400, "missing body");
     assert_eq!(h.put_json("vm.create", "{").status, 400);
     assert_eq!(h.put_json("vm.create", r#"{"cpus":1}"#).status, 400);
@@ -213,7 +275,7 @@ fn ch_remote_drives_every_subcommand() {
     let (ok, _, err) = ch_remote(&h, &["create", "-"], Some(CREATE_BODY));
     assert!(!ok);
     assert!(
-        err.contains("409") && err.contains("VM is already created"),
+        err.contains("500") && err.contains("VM is already created"),
         "{err}"
     );
     assert!(ch_remote(&h, &["delete"], None).0);
@@ -237,9 +299,13 @@ fn ch_remote_drives_every_subcommand() {
     assert!(!ok && err.contains("FMEM,SMEM"), "{err}");
     let (ok, _, err) = ch_remote(&h, &["resize", "--cpus", "2"], None);
     assert!(
-        !ok && err.contains("400") && err.contains("not supported"),
+        !ok && err.contains("500") && err.contains("not supported"),
         "{err}"
     );
+    let (ok, _, err) = ch_remote(&h, &["add-fs", "tag=t,socket=/tmp/s"], None);
+    assert!(!ok && err.contains("not supported"), "{err}");
+    let (ok, _, err) = ch_remote(&h, &["resize-zone", "--id", "z", "--size", "1G"], None);
+    assert!(!ok && err.contains("500"), "{err}");
     assert!(ch_remote(&h, &["power-button"], None).0);
     assert!(ch_remote(&h, &["boot"], None).0);
     assert!(ch_remote(&h, &["shutdown"], None).0);

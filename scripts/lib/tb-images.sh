@@ -16,6 +16,19 @@ TB_BIN_NAMES="cloud-hypervisor ch-remote vmmload"
 TB_DEFAULT_L1_MODULES="kvm_amd nested=1 npt=1"
 TB_DEFAULT_L1_TOOLS="numactl migratepages memhog"
 TB_TARGET_TRIPLE=x86_64-unknown-linux-gnu
+# Upstream Cloud Hypervisor v53 (static binaries, never part of the project):
+# packed into L1 as /usr/local/bin/ch-upstream and ch-remote-upstream when
+# the folder exists (TB_CH_UPSTREAM / TB_CH_REMOTE_UPSTREAM in scenarios).
+TB_CH_ANCHOR_DIR=${TB_CH_ANCHOR_DIR:-$TB_ROOT/../shared/anchors/cloud-hypervisor-v53}
+declare -gA TB_UPSTREAM_BINS=() # L1 path -> host path
+tb_find_upstream() {
+    TB_UPSTREAM_BINS=()
+    [[ -x $TB_CH_ANCHOR_DIR/cloud-hypervisor ]] &&
+        TB_UPSTREAM_BINS[/usr/local/bin/ch-upstream]=$(readlink -f "$TB_CH_ANCHOR_DIR/cloud-hypervisor")
+    [[ -x $TB_CH_ANCHOR_DIR/ch-remote ]] &&
+        TB_UPSTREAM_BINS[/usr/local/bin/ch-remote-upstream]=$(readlink -f "$TB_CH_ANCHOR_DIR/ch-remote")
+    return 0
+}
 
 tb_all_scenarios() {
     local d
@@ -285,11 +298,18 @@ tb_build_l1_initrd() {
     tb_build_l1_base
     tb_build_l2_initrd
     tb_find_binaries
+    tb_find_upstream
+    if ((${#TB_UPSTREAM_BINS[@]})); then
+        tb_msg "upstream Cloud Hypervisor: ${TB_UPSTREAM_BINS[*]} (as ${!TB_UPSTREAM_BINS[*]} in L1)"
+    else
+        tb_msg "upstream Cloud Hypervisor: anchors absent ($TB_CH_ANCHOR_DIR); scenarios needing it will SKIP"
+    fi
     key=$({
         printf '%s %s %s\n' "$TB_L1_BASE_KEY" "$TB_L2_INITRD_KEY" "$(tb_scenario_files_hash)"
         printf 'vmm-override %s\n' "${TB_VMM_OVERRIDE:-}"
         if [[ -f ${TB_VMM_OVERRIDE:-} ]]; then sha256sum <"$TB_VMM_OVERRIDE"; fi
         for n in "${!TB_BINS[@]}"; do printf '%s %s\n' "$n" "$(sha256sum <"${TB_BINS[$n]}")"; done | sort
+        for n in "${!TB_UPSTREAM_BINS[@]}"; do printf 'upstream %s %s\n' "$n" "$(sha256sum <"${TB_UPSTREAM_BINS[$n]}")"; done | sort
     } | sha256sum | cut -c1-16)
     out=$TB_BUILD/cache/l1-initrd-$key.cpio
     # shellcheck disable=SC2034 # used by tb-run.sh
@@ -299,6 +319,9 @@ tb_build_l1_initrd() {
     tb_stage_scenarios "$stage"
     for n in "${!TB_BINS[@]}"; do
         tb_copy_elf "${TB_BINS[$n]}" "$stage" "/tb/bin/$n"
+    done
+    for n in "${!TB_UPSTREAM_BINS[@]}"; do
+        tb_copy_elf "${TB_UPSTREAM_BINS[$n]}" "$stage" "$n"
     done
     case ${TB_VMM_OVERRIDE:-} in
     '') ;;

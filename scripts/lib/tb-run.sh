@@ -423,6 +423,7 @@ tb_run_direct() {
     *) vmm=$TB_VMM_OVERRIDE ;;
     esac
     for bin in "${TB_TOOLS[@]}"; do ln -sf "$bin" "$dbin/$(basename "${bin%-*}")"; done
+    tb_find_upstream
     for s; do
         out=$RUN_DIR/$s
         script=$TB_ITEST/scenarios/$s/l1.sh
@@ -438,6 +439,8 @@ tb_run_direct() {
             TB_VMM="$vmm" \
             TB_CH_REMOTE="${TB_BINS[ch-remote]:-$TB_ROOT/target/release/ch-remote}" \
             TB_VMMLOAD="${TB_BINS[vmmload]:-$TB_ROOT/target/release/vmmload}" \
+            TB_CH_UPSTREAM="${TB_UPSTREAM_BINS[/usr/local/bin/ch-upstream]:-}" \
+            TB_CH_REMOTE_UPSTREAM="${TB_UPSTREAM_BINS[/usr/local/bin/ch-remote-upstream]:-}" \
             TB_L2_KERNEL="/boot/vmlinuz-$TB_KVER" TB_L2_INITRD="$TB_L2_INITRD_HOST" \
             TB_ROOT="$TB_ROOT" PATH="$dbin:$PATH" \
             setsid sh -c 'cd "$1" && exec sh "$2"' tb-scenario "$out" "$script" </dev/null >"$out/output.log" 2>&1 &

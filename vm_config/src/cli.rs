@@ -42,6 +42,38 @@ pub(crate) fn parser(
     Ok(p)
 }
 
+/// Upstream keys we take only at values that ask for nothing: `(key,
+/// accepted values)`; an empty list means any value is refused.
+pub(crate) type UpstreamKeys<'a> = &'a [(&'a str, &'a [&'a str])];
+
+/// [`parser`] that also knows `upstream` keys and refuses their other values,
+/// naming the key and the value.
+pub(crate) fn parser_with_upstream(
+    option: &'static str,
+    keys: &[&str],
+    upstream: UpstreamKeys<'_>,
+    input: &str,
+) -> Result<OptionParser, ParseError> {
+    let mut all = keys.to_vec();
+    all.extend(upstream.iter().map(|(k, _)| *k));
+    let p = parser(option, &all, input)?;
+    for (key, ok) in upstream {
+        if let Some(v) = p.get(key) {
+            if !ok.contains(&v) {
+                return Err(invalid(
+                    option,
+                    format!("{key}={v} is not supported by this VMM"),
+                ));
+            }
+        }
+    }
+    Ok(p)
+}
+
+const ON: &[&str] = &["on", "true"];
+const OFF: &[&str] = &["off", "false"];
+pub(crate) const PCI_KEYS: [(&str, &[&str]); 2] = [("pci_segment", &["0"]), ("pci_device_id", &[])];
+
 /// Converts `key` of `p`, tagging errors with `option`.
 pub(crate) fn get<T>(
     p: &OptionParser,
@@ -86,7 +118,7 @@ kvm_hyperv=on|off,max_phys_bits=<bits>,affinity=[<vcpu>@[<host_cpus>],...] \
     /// Parses a `--cpus` value.
     pub fn parse(input: &str) -> Result<Self, ParseError> {
         const O: &str = "--cpus";
-        let p = parser(
+        let p = parser_with_upstream(
             O,
             &[
                 "boot",
@@ -95,7 +127,11 @@ kvm_hyperv=on|off,max_phys_bits=<bits>,affinity=[<vcpu>@[<host_cpus>],...] \
                 "kvm_hyperv",
                 "max_phys_bits",
                 "affinity",
-                "features",
+            ],
+            &[
+                ("features", &["[]", ""]),
+                ("nested", ON),
+                ("core_scheduling", &["vm", "off"]),
             ],
             input,
         )?;
@@ -103,9 +139,6 @@ kvm_hyperv=on|off,max_phys_bits=<bits>,affinity=[<vcpu>@[<host_cpus>],...] \
         let max = get::<u8>(&p, O, "max")?.unwrap_or(boot);
         let topology = p.get("topology").map(parse_topology).transpose()?;
         let affinity = p.get("affinity").map(parse_affinity).transpose()?;
-        if p.is_set("features") {
-            return Err(invalid(O, "features= is not supported"));
-        }
         Ok(Self {
             boot_vcpus: boot,
             max_vcpus: max,
@@ -184,7 +217,7 @@ hugepages=on|off,hugepage_size=<size>,prefault=on|off,thp=on|off \
     /// Parses a `--memory` value.
     pub fn parse(input: &str, zones: Option<Vec<MemoryZoneConfig>>) -> Result<Self, ParseError> {
         const O: &str = "--memory";
-        let p = parser(
+        let p = parser_with_upstream(
             O,
             &[
                 "size",
@@ -194,20 +227,15 @@ hugepages=on|off,hugepage_size=<size>,prefault=on|off,thp=on|off \
                 "hugepage_size",
                 "prefault",
                 "thp",
-                "hotplug_method",
                 "hotplug_size",
-                "hotplugged_size",
+            ],
+            &[
+                ("hotplug_method", &["acpi"]),
+                ("hotplugged_size", &["0"]),
+                ("reserve", OFF),
             ],
             input,
         )?;
-        for unsupported in ["hotplug_method", "hotplugged_size"] {
-            if p.is_set(unsupported) {
-                return Err(invalid(
-                    O,
-                    format!("{unsupported}= is not supported (no memory hotplug)"),
-                ));
-            }
-        }
         Ok(Self {
             size: get::<ByteSized>(&p, O, "size")?.map_or(DEFAULT_MEMORY_SIZE, |b| b.0),
             mergeable: toggle(&p, O, "mergeable", false)?,
@@ -230,7 +258,7 @@ hugepages=on|off,hugepage_size=<size>,host_numa_node=<node>,prefault=on|off";
     /// Parses one `--memory-zone` value.
     pub fn parse(input: &str) -> Result<Self, ParseError> {
         const O: &str = "--memory-zone";
-        let p = parser(
+        let p = parser_with_upstream(
             O,
             &[
                 "id",
@@ -241,9 +269,9 @@ hugepages=on|off,hugepage_size=<size>,host_numa_node=<node>,prefault=on|off";
                 "hugepage_size",
                 "host_numa_node",
                 "hotplug_size",
-                "hotplugged_size",
                 "prefault",
             ],
+            &[("hotplugged_size", &["0"]), ("reserve", OFF)],
             input,
         )?;
         let id = p
@@ -254,12 +282,6 @@ hugepages=on|off,hugepage_size=<size>,host_numa_node=<node>,prefault=on|off";
         let size = get::<ByteSized>(&p, O, "size")?
             .ok_or_else(|| invalid(O, format!("zone '{id}': size=<size> is required")))?
             .0;
-        if p.is_set("hotplugged_size") {
-            return Err(invalid(
-                O,
-                "hotplugged_size= is not supported (no memory hotplug)",
-            ));
-        }
         Ok(Self {
             id,
             size,
@@ -285,7 +307,7 @@ HMAT and decide the guest's memory tiers)";
     /// Parses one `--numa` value.
     pub fn parse(input: &str) -> Result<Self, ParseError> {
         const O: &str = "--numa";
-        let p = parser(
+        let p = parser_with_upstream(
             O,
             &[
                 "guest_numa_id",
@@ -294,16 +316,14 @@ HMAT and decide the guest's memory tiers)";
                 "memory_zones",
                 "latency_ns",
                 "bandwidth_mbps",
-                "sgx_epc_sections",
-                "pci_segments",
+            ],
+            &[
+                ("sgx_epc_sections", &[]),
+                ("pci_segments", &[]),
+                ("device_id", &[]),
             ],
             input,
         )?;
-        for unsupported in ["sgx_epc_sections", "pci_segments"] {
-            if p.is_set(unsupported) {
-                return Err(invalid(O, format!("{unsupported}= is not supported")));
-            }
-        }
         let guest_numa_id = get::<u32>(&p, O, "guest_numa_id")?
             .ok_or_else(|| invalid(O, "guest_numa_id=<node> is required"))?;
         let cpus = get::<IntegerList>(&p, O, "cpus")?
@@ -342,7 +362,7 @@ one balloon per tier, the SMem one on the memory-only NUMA node)";
     /// Parses a `--balloon` value.
     pub fn parse(input: &str) -> Result<Self, ParseError> {
         const O: &str = "--balloon";
-        let p = parser(
+        let p = parser_with_upstream(
             O,
             &[
                 "size",
@@ -351,6 +371,7 @@ one balloon per tier, the SMem one on the memory-only NUMA node)";
                 "statistics",
                 "heterogeneous_memory",
             ],
+            &[("iommu", OFF), ("id", &[]), PCI_KEYS[0], PCI_KEYS[1]],
             input,
         )?;
         let size = match get::<ByteSizedList>(&p, O, "size")?.map(|l| l.0).as_deref() {
@@ -388,64 +409,13 @@ impl RngConfig {
     /// Parses a `--rng` value.
     pub fn parse(input: &str) -> Result<Self, ParseError> {
         const O: &str = "--rng";
-        let p = parser(O, &["src", "iommu"], input)?;
+        let p = parser_with_upstream(O, &["src", "iommu"], &PCI_KEYS, input)?;
         Ok(Self {
             src: p
                 .get("src")
                 .map_or_else(|| Self::default().src, PathBuf::from),
             iommu: toggle(&p, O, "iommu", false)?,
         })
-    }
-}
-
-impl ConsoleConfig {
-    /// `--serial` syntax.
-    pub const SERIAL_SYNTAX: &'static str = "off|null|tty|file=<path> (default null)";
-    /// `--console` syntax.
-    pub const CONSOLE_SYNTAX: &'static str =
-        "off (no virtio console is emulated; tty is accepted and treated as off)";
-
-    /// Parses a `--serial` value.
-    pub fn parse_serial(input: &str) -> Result<Self, ParseError> {
-        const O: &str = "--serial";
-        let mode = match input.trim() {
-            "off" => ConsoleOutputMode::Off,
-            "null" => ConsoleOutputMode::Null,
-            "tty" => ConsoleOutputMode::Tty,
-            "pty" => return Err(invalid(O, "pty is not supported; use tty or file=<path>")),
-            s if s.starts_with("socket=") => {
-                return Err(invalid(
-                    O,
-                    "socket= is not supported; use tty or file=<path>",
-                ))
-            }
-            s => {
-                let p = parser(O, &["file"], s)?;
-                let file = p.get("file").filter(|f| !f.is_empty()).ok_or_else(|| {
-                    invalid(O, format!("'{s}': expected off, null, tty or file=<path>"))
-                })?;
-                return Ok(Self {
-                    file: Some(PathBuf::from(file)),
-                    ..Self::with_mode(ConsoleOutputMode::File)
-                });
-            }
-        };
-        Ok(Self::with_mode(mode))
-    }
-
-    /// Parses a `--console` value. There is no virtio console device, so
-    /// only `off` means anything; `tty` (Cloud Hypervisor's default) is
-    /// accepted so existing command lines keep working.
-    pub fn parse_console(input: &str) -> Result<Self, ParseError> {
-        match input.trim() {
-            "off" | "null" | "tty" => Ok(Self::default_console()),
-            other => Err(invalid(
-                "--console",
-                format!(
-                    "'{other}' is not supported: this VMM has no virtio console (use --serial)"
-                ),
-            )),
-        }
     }
 }
 
@@ -573,25 +543,5 @@ mod tests {
         assert!(NumaConfig::parse("cpus=0").is_err());
         assert!(NumaConfig::parse("guest_numa_id=0,cpus=[256]").is_err());
         assert!(NumaConfig::parse("guest_numa_id=0,distances=[1@1000]").is_err());
-    }
-
-    #[test]
-    fn serial_modes() {
-        assert_eq!(
-            ConsoleConfig::parse_serial("tty").unwrap().mode,
-            ConsoleOutputMode::Tty
-        );
-        assert_eq!(
-            ConsoleConfig::parse_serial("off").unwrap().mode,
-            ConsoleOutputMode::Off
-        );
-        let f = ConsoleConfig::parse_serial("file=/tmp/x").unwrap();
-        assert_eq!(
-            (f.mode, f.file),
-            (ConsoleOutputMode::File, Some(PathBuf::from("/tmp/x")))
-        );
-        assert!(ConsoleConfig::parse_serial("bogus").is_err());
-        assert!(ConsoleConfig::parse_serial("file=").is_err());
-        assert!(ConsoleConfig::parse_console("pty").is_err());
     }
 }

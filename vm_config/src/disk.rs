@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cli::{get, invalid, parser, toggle, ParseError};
+use crate::cli::{get, invalid, toggle, ParseError};
 use crate::validate::ValidationError;
 
 /// Default queue count (Cloud Hypervisor's).
@@ -76,17 +76,29 @@ id=<device id>,serial=<serial, up to 20 bytes>,num_queues=1,queue_size=<size> \
     /// Parses one `--disk` value.
     pub fn parse(input: &str) -> Result<Self, ParseError> {
         const O: &str = "--disk";
-        const UNSUPPORTED: [&str; 8] = [
-            "vhost_user",
-            "socket",
-            "pci_segment",
-            "rate_limit_group",
-            "bw_size",
-            "ops_size",
-            "image_type",
-            "queue_affinity",
+        const ANY_BOOL: &[&str] = &["on", "off", "true", "false"];
+        let upstream: crate::cli::UpstreamKeys<'_> = &[
+            ("vhost_user", &["off", "false"]),
+            ("socket", &[]),
+            ("rate_limit_group", &[]),
+            ("bw_size", &[]),
+            ("bw_one_time_burst", &[]),
+            ("bw_refill_time", &[]),
+            ("ops_size", &[]),
+            ("ops_one_time_burst", &[]),
+            ("ops_refill_time", &[]),
+            ("queue_affinity", &[]),
+            ("backing_files", &["off", "false"]),
+            ("sparse", &["on", "true"]),
+            ("image_type", &["raw"]),
+            ("lock_granularity", &["byte-range"]),
+            // We use neither io_uring nor AIO.
+            ("_disable_io_uring", ANY_BOOL),
+            ("_disable_aio", ANY_BOOL),
+            crate::cli::PCI_KEYS[0],
+            crate::cli::PCI_KEYS[1],
         ];
-        let mut keys = vec![
+        let keys = [
             "path",
             "readonly",
             "direct",
@@ -96,11 +108,7 @@ id=<device id>,serial=<serial, up to 20 bytes>,num_queues=1,queue_size=<size> \
             "id",
             "serial",
         ];
-        keys.extend(UNSUPPORTED);
-        let p = parser(O, &keys, input)?;
-        if let Some(k) = UNSUPPORTED.iter().find(|k| p.is_set(k)) {
-            return Err(invalid(O, format!("{k}= is not supported")));
-        }
+        let p = crate::cli::parser_with_upstream(O, &keys, upstream, input)?;
         let path = p
             .get("path")
             .filter(|v| !v.is_empty())

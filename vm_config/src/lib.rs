@@ -9,6 +9,8 @@
 
 mod balloon;
 mod cli;
+pub mod compat;
+mod console;
 mod disk;
 mod net;
 mod types;

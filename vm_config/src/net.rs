@@ -10,7 +10,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::cli::{get, invalid, parser, ParseError};
+use crate::cli::{get, ParseError};
 use crate::disk::check_queue_size;
 use crate::validate::ValidationError;
 
@@ -176,18 +176,26 @@ several NICs)";
     /// Parses one `--net` value.
     pub fn parse(input: &str) -> Result<Self, ParseError> {
         const O: &str = "--net";
-        const UNSUPPORTED: [&str; 9] = [
-            "fd",
-            "vhost_user",
-            "socket",
-            "vhost_mode",
-            "pci_segment",
-            "offload_tso",
-            "offload_ufo",
-            "offload_csum",
-            "bw_size",
+        const ANY_BOOL: &[&str] = &["on", "off", "true", "false"];
+        let upstream: crate::cli::UpstreamKeys<'_> = &[
+            ("fd", &[]),
+            ("vhost_user", &["off", "false"]),
+            ("socket", &[]),
+            ("vhost_mode", &["client"]),
+            ("bw_size", &[]),
+            ("bw_one_time_burst", &[]),
+            ("bw_refill_time", &[]),
+            ("ops_size", &[]),
+            ("ops_one_time_burst", &[]),
+            ("ops_refill_time", &[]),
+            // Offloads are offered, not imposed: offering none is valid.
+            ("offload_tso", ANY_BOOL),
+            ("offload_ufo", ANY_BOOL),
+            ("offload_csum", ANY_BOOL),
+            crate::cli::PCI_KEYS[0],
+            crate::cli::PCI_KEYS[1],
         ];
-        let mut keys = vec![
+        let keys = [
             "tap",
             "ip",
             "mask",
@@ -199,11 +207,7 @@ several NICs)";
             "queue_size",
             "id",
         ];
-        keys.extend(UNSUPPORTED);
-        let p = parser(O, &keys, input)?;
-        if let Some(k) = UNSUPPORTED.iter().find(|k| p.is_set(k)) {
-            return Err(invalid(O, format!("{k}= is not supported")));
-        }
+        let p = crate::cli::parser_with_upstream(O, &keys, upstream, input)?;
         Ok(Self {
             tap: p.get("tap").filter(|t| !t.is_empty()).map(str::to_owned),
             ip: get::<Ipv4Addr>(&p, O, "ip")?.unwrap_or(DEFAULT_NET_IP),

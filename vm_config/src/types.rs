@@ -12,44 +12,127 @@ pub const DEFAULT_MEMORY_SIZE: u64 = 512 << 20;
 /// Default guest physical address width.
 pub const DEFAULT_MAX_PHYS_BITS: u8 = 46;
 
-/// The whole VM.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// The whole VM. JSON goes through [`crate::compat`] first (upstream-only
+/// fields), then a strict parse that rejects unknown fields; serialized, it
+/// carries upstream's defaults for those fields, as upstream's `vm.info` does.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VmConfig {
     /// vCPUs.
-    #[serde(default)]
     pub cpus: CpusConfig,
     /// Guest RAM and its zones.
-    #[serde(default)]
     pub memory: MemoryConfig,
     /// What to boot.
     pub payload: Option<PayloadConfig>,
     /// The 16550 UART on ttyS0.
-    #[serde(default = "ConsoleConfig::default_serial")]
     pub serial: ConsoleConfig,
-    /// The virtio console (hvc0); only `Off` is supported.
-    #[serde(default = "ConsoleConfig::default_console")]
+    /// The virtio console (hvc0).
     pub console: ConsoleConfig,
     /// Guest NUMA nodes.
     pub numa: Option<Vec<NumaConfig>>,
     /// The (double) balloon.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub balloon: Option<crate::BalloonConfig>,
     /// Virtio block devices.
-    #[serde(default)]
     pub disks: Option<Vec<crate::DiskConfig>>,
     /// Virtio network devices.
-    #[serde(default)]
     pub net: Option<Vec<crate::NetConfig>>,
     /// The virtio entropy device (always present, as in Cloud Hypervisor).
-    #[serde(default)]
     pub rng: RngConfig,
     /// Accepted for schema compatibility; must be false.
-    #[serde(default)]
     pub iommu: bool,
     /// Accepted for schema compatibility; must be false.
-    #[serde(default)]
     pub watchdog: bool,
+}
+
+/// [`VmConfig`]'s fields with their JSON defaults, parsed strictly.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StrictVmConfig {
+    #[serde(default)]
+    cpus: CpusConfig,
+    #[serde(default)]
+    memory: MemoryConfig,
+    payload: Option<PayloadConfig>,
+    #[serde(default = "ConsoleConfig::default_serial")]
+    serial: ConsoleConfig,
+    #[serde(default = "ConsoleConfig::default_console")]
+    console: ConsoleConfig,
+    numa: Option<Vec<NumaConfig>>,
+    #[serde(default)]
+    balloon: Option<crate::BalloonConfig>,
+    #[serde(default)]
+    disks: Option<Vec<crate::DiskConfig>>,
+    #[serde(default)]
+    net: Option<Vec<crate::NetConfig>>,
+    #[serde(default)]
+    rng: RngConfig,
+    #[serde(default)]
+    iommu: bool,
+    #[serde(default)]
+    watchdog: bool,
+}
+
+/// [`VmConfig`] as written, before upstream's defaults are added.
+#[derive(Serialize)]
+struct WireVmConfig<'a> {
+    cpus: &'a CpusConfig,
+    memory: &'a MemoryConfig,
+    payload: &'a Option<PayloadConfig>,
+    serial: &'a ConsoleConfig,
+    console: &'a ConsoleConfig,
+    numa: &'a Option<Vec<NumaConfig>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    balloon: &'a Option<crate::BalloonConfig>,
+    disks: &'a Option<Vec<crate::DiskConfig>>,
+    net: &'a Option<Vec<crate::NetConfig>>,
+    rng: &'a RngConfig,
+    iommu: bool,
+    watchdog: bool,
+}
+
+impl Serialize for VmConfig {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::Error;
+        let wire = WireVmConfig {
+            cpus: &self.cpus,
+            memory: &self.memory,
+            payload: &self.payload,
+            serial: &self.serial,
+            console: &self.console,
+            numa: &self.numa,
+            balloon: &self.balloon,
+            disks: &self.disks,
+            net: &self.net,
+            rng: &self.rng,
+            iommu: self.iommu,
+            watchdog: self.watchdog,
+        };
+        let mut v = serde_json::to_value(wire).map_err(S::Error::custom)?;
+        crate::compat::add_upstream_defaults(&mut v);
+        v.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for VmConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut v = serde_json::Value::deserialize(d)?;
+        crate::compat::strip_upstream_fields(&mut v).map_err(D::Error::custom)?;
+        let s = StrictVmConfig::deserialize(v).map_err(D::Error::custom)?;
+        Ok(Self {
+            cpus: s.cpus,
+            memory: s.memory,
+            payload: s.payload,
+            serial: s.serial,
+            console: s.console,
+            numa: s.numa,
+            balloon: s.balloon,
+            disks: s.disks,
+            net: s.net,
+            rng: s.rng,
+            iommu: s.iommu,
+            watchdog: s.watchdog,
+        })
+    }
 }
 
 /// vCPUs (`--cpus`).
@@ -58,7 +141,8 @@ pub struct VmConfig {
 pub struct CpusConfig {
     /// vCPUs started at boot.
     pub boot_vcpus: u8,
-    /// Maximum vCPUs; CPU hotplug is not supported, so it equals `boot_vcpus`.
+    /// Possible vCPUs: those above `boot_vcpus` are described to the guest
+    /// as present-later (MADT online-capable) but never started.
     pub max_vcpus: u8,
     /// Optional topology.
     #[serde(default)]
@@ -299,10 +383,9 @@ impl ConsoleConfig {
         Self::with_mode(ConsoleOutputMode::Null)
     }
 
-    /// Default virtio console. Cloud Hypervisor defaults to `tty`; we have no
-    /// virtio console, so ours is off.
+    /// Cloud Hypervisor's default virtio console: output to the VMM's stdout.
     pub fn default_console() -> Self {
-        Self::with_mode(ConsoleOutputMode::Off)
+        Self::with_mode(ConsoleOutputMode::Tty)
     }
 }
 
@@ -346,6 +429,36 @@ impl Default for VmConfig {
 }
 
 impl VmConfig {
+    /// The id of every disk, then every NIC, as the devices are named at
+    /// boot: the configured id, else upstream's generated name (`_disk0`,
+    /// `_net1`: one counter across device kinds, skipping names taken by
+    /// configured ids), so that counters and `remove-device` use the ids
+    /// upstream's users know.
+    pub fn device_ids(&self) -> (Vec<String>, Vec<String>) {
+        let given: std::collections::BTreeSet<&str> = (self.disks.iter().flatten())
+            .filter_map(|d| d.id.as_deref())
+            .chain(self.net.iter().flatten().filter_map(|n| n.id.as_deref()))
+            .collect();
+        let mut next = 0usize;
+        let mut name = |prefix: &str, own: Option<&String>| match own {
+            Some(id) => id.clone(),
+            None => loop {
+                let candidate = format!("{prefix}{next}");
+                next += 1;
+                if !given.contains(candidate.as_str()) {
+                    break candidate;
+                }
+            },
+        };
+        let disks = (self.disks.iter().flatten())
+            .map(|d| name("_disk", d.id.as_ref()))
+            .collect();
+        let nets = (self.net.iter().flatten())
+            .map(|n| name("_net", n.id.as_ref()))
+            .collect();
+        (disks, nets)
+    }
+
     /// Total guest RAM: `memory.size` plus every zone.
     pub fn total_memory(&self) -> u64 {
         let zones: u64 = self

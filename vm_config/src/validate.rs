@@ -38,6 +38,14 @@ pub enum ValidationError {
     /// A feature of the schema this VMM does not implement.
     #[error("{0} is not supported by this VMM")]
     Unsupported(&'static str),
+    /// A field set to a value this VMM does not implement.
+    #[error("{field}={value} is not supported by this VMM")]
+    UnsupportedValue {
+        /// The field, e.g. `console.mode`.
+        field: &'static str,
+        /// Its value.
+        value: String,
+    },
 }
 
 /// Largest vCPU count (APIC ids must fit the 8-bit xAPIC id).
@@ -72,24 +80,41 @@ impl VmConfig {
         if self.watchdog {
             return Err(ValidationError::Unsupported("watchdog"));
         }
-        if self.console.mode != ConsoleOutputMode::Off
-            && self.console.mode != ConsoleOutputMode::Null
-        {
-            return Err(ValidationError::Unsupported(
-                "a virtio console (console mode other than Off)",
-            ));
+        self.validate_consoles()
+    }
+
+    /// Serial and virtio console: the modes we implement, files where needed.
+    fn validate_consoles(&self) -> Result<(), ValidationError> {
+        for (name, c) in [("serial", &self.serial), ("console", &self.console)] {
+            let field = if name == "serial" {
+                "serial.mode"
+            } else {
+                "console.mode"
+            };
+            if matches!(c.mode, ConsoleOutputMode::Pty | ConsoleOutputMode::Socket) {
+                return Err(ValidationError::UnsupportedValue {
+                    field,
+                    value: format!("{:?}", c.mode),
+                });
+            }
+            if c.mode == ConsoleOutputMode::File && c.file.is_none() {
+                return Err(ValidationError::Payload(format!(
+                    "--{name}: file mode needs a file"
+                )));
+            }
+            if c.iommu {
+                return Err(ValidationError::UnsupportedValue {
+                    field: if name == "serial" {
+                        "serial.iommu"
+                    } else {
+                        "console.iommu"
+                    },
+                    value: "true".into(),
+                });
+            }
         }
-        if matches!(
-            self.serial.mode,
-            ConsoleOutputMode::Pty | ConsoleOutputMode::Socket
-        ) {
-            return Err(ValidationError::Unsupported("serial mode Pty/Socket"));
-        }
-        if self.serial.mode == ConsoleOutputMode::File && self.serial.file.is_none() {
-            return Err(ValidationError::Payload(
-                "--serial: file mode needs a file".into(),
-            ));
-        }
+        // Both on Tty is allowed, as upstream: both write to stdout and
+        // stdin goes to the serial port.
         Ok(())
     }
 
@@ -146,22 +171,22 @@ impl VmConfig {
         for n in nets.clone() {
             n.validate()?;
         }
-        for id in disks
-            .filter_map(|d| d.id.as_deref())
-            .chain(nets.filter_map(|n| n.id.as_deref()))
-        {
+        let (disk_ids, net_ids) = self.device_ids();
+        for id in disk_ids.iter().chain(&net_ids) {
             if id.is_empty() {
-                return Err(ValidationError::DeviceId(id.into(), "must not be empty"));
+                return Err(ValidationError::DeviceId(id.clone(), "must not be empty"));
             }
-            // Generated ids (_disk0, _net0, _rng, __balloon) start with '_'.
-            if id.starts_with('_') {
+            // The fixed devices' ids (__rng, __balloon, __console, __serial)
+            // start with two; upstream's generated ones (_disk0) with one
+            // and appear in configs copied from upstream's vm.info.
+            if id.starts_with("__") {
                 return Err(ValidationError::DeviceId(
-                    id.into(),
-                    "ids starting with '_' are reserved",
+                    id.clone(),
+                    "ids starting with '__' are reserved",
                 ));
             }
-            if !ids.insert(id) {
-                return Err(ValidationError::DeviceId(id.into(), "used twice"));
+            if !ids.insert(id.as_str()) {
+                return Err(ValidationError::DeviceId(id.clone(), "used twice"));
             }
         }
         Ok(())
@@ -175,9 +200,11 @@ impl VmConfig {
                 c.boot_vcpus
             )));
         }
-        if c.max_vcpus != c.boot_vcpus {
+        // vCPUs above boot_vcpus are possible but not started (MADT entries
+        // marked online-capable); there is no hotplug to start them later.
+        if c.max_vcpus < c.boot_vcpus || c.max_vcpus > MAX_VCPUS {
             return Err(ValidationError::Cpus(format!(
-                "max={} differs from boot={}: CPU hotplug is not supported",
+                "max={} must be boot={}..={MAX_VCPUS}",
                 c.max_vcpus, c.boot_vcpus
             )));
         }
@@ -208,10 +235,10 @@ impl VmConfig {
         }
         let mut seen = BTreeSet::new();
         for a in c.affinity.iter().flatten() {
-            if a.vcpu >= c.boot_vcpus {
+            if a.vcpu >= c.max_vcpus {
                 return Err(ValidationError::Cpus(format!(
                     "affinity names vCPU {} but there are {}",
-                    a.vcpu, c.boot_vcpus
+                    a.vcpu, c.max_vcpus
                 )));
             }
             if !seen.insert(a.vcpu) {
@@ -326,11 +353,11 @@ impl VmConfig {
                 }
             }
             for &c in n.cpus.iter().flatten() {
-                if c >= self.cpus.boot_vcpus {
+                if c >= self.cpus.max_vcpus {
                     return Err(ValidationError::Numa(format!(
                         "node {id} names vCPU {c} but there are only {} (0-{})",
-                        self.cpus.boot_vcpus,
-                        self.cpus.boot_vcpus - 1
+                        self.cpus.max_vcpus,
+                        self.cpus.max_vcpus.saturating_sub(1)
                     )));
                 }
                 if let Some(other) = cpu_owner.insert(c, id) {
@@ -367,10 +394,10 @@ impl VmConfig {
         if cpu_owner.is_empty() {
             return Err(ValidationError::Numa("no node has vCPUs".into()));
         }
-        if cpu_owner.len() != usize::from(self.cpus.boot_vcpus) {
-            let missing: Vec<u8> = (0..self.cpus.boot_vcpus)
-                .filter(|c| !cpu_owner.contains_key(c))
-                .collect();
+        let missing: Vec<u8> = (0..self.cpus.boot_vcpus)
+            .filter(|c| !cpu_owner.contains_key(c))
+            .collect();
+        if !missing.is_empty() {
             return Err(ValidationError::Numa(format!(
                 "vCPUs {missing:?} are in no node"
             )));
@@ -558,7 +585,9 @@ mod tests {
     fn cpu_limits() {
         let mut c = tiered();
         c.cpus.max_vcpus = 4;
-        assert!(check(&c).unwrap_err().to_string().contains("hotplug"));
+        check(&c).unwrap();
+        c.cpus.max_vcpus = 1;
+        assert!(check(&c).unwrap_err().to_string().contains("max=1"));
         let mut c = VmConfig::default();
         c.cpus.boot_vcpus = 0;
         c.cpus.max_vcpus = 0;
@@ -610,6 +639,17 @@ mod tests {
     }
 
     #[test]
+    fn generated_ids_follow_upstreams_single_counter() {
+        let mut c = tiered();
+        c.disks = Some(vec![crate::DiskConfig::new("/a")]);
+        c.net = Some(vec![crate::NetConfig::default()]);
+        assert_eq!(
+            c.device_ids(),
+            (vec!["_disk0".into()], vec!["_net1".into()])
+        );
+    }
+
+    #[test]
     fn device_ids_are_unique_and_not_reserved() {
         let mut c = tiered();
         let mut d = crate::DiskConfig::new("/a");
@@ -623,11 +663,20 @@ mod tests {
         assert!(matches!(check(&c), Err(ValidationError::DeviceId(..))));
         c.net = None;
         check(&c).unwrap();
-        for bad in ["", "_disk0"] {
+        for bad in ["", "__rng"] {
             d.id = Some(bad.into());
             c.disks = Some(vec![d.clone()]);
             assert!(check(&c).is_err(), "{bad:?}");
         }
+        // Upstream's generated ids, as its vm.info writes them back.
+        d.id = Some("_disk0".into());
+        c.disks = Some(vec![d.clone()]);
+        check(&c).unwrap();
+        // ... but not one that a second, unnamed disk would also get.
+        c.disks = Some(vec![crate::DiskConfig::new("/b"), d.clone()]);
+        let (ids, _) = c.device_ids();
+        assert_eq!(ids, ["_disk1", "_disk0"]);
+        check(&c).unwrap();
         c.disks = Some(vec![crate::DiskConfig {
             queue_size: 5,
             ..crate::DiskConfig::new("/a")

@@ -115,3 +115,52 @@ pub fn spawn_stdin_forwarder(serial: Arc<Mutex<SerialDevice>>) {
         log::warn!("serial input disabled: {e}");
     }
 }
+
+/// Whether stdin can feed a console: a terminal or a pipe (not /dev/null,
+/// not a regular file a script redirected).
+pub fn stdin_is_interactive() -> bool {
+    // SAFETY: fstat on fd 0 into a zeroed struct.
+    unsafe {
+        if libc::isatty(0) == 1 {
+            return true;
+        }
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(0, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFIFO
+    }
+}
+
+/// The virtio console's input from stdin. One reader thread for the whole
+/// process, so a rebooted VM's new console gets the same input.
+pub fn virtio_console_stdin() -> Option<Arc<devices::virtio::ConsoleInput>> {
+    static INPUT: std::sync::OnceLock<Option<Arc<devices::virtio::ConsoleInput>>> =
+        std::sync::OnceLock::new();
+    INPUT
+        .get_or_init(|| {
+            let input = match devices::virtio::ConsoleInput::new() {
+                Ok(i) => Arc::new(i),
+                Err(e) => {
+                    log::warn!("virtio console input disabled: {e}");
+                    return None;
+                }
+            };
+            let feed = input.clone();
+            let spawned = std::thread::Builder::new()
+                .name("console-in".into())
+                .spawn(move || {
+                    let mut buf = [0u8; 256];
+                    let mut stdin = std::io::stdin();
+                    loop {
+                        match stdin.read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => feed.push(&buf[..n]),
+                        }
+                    }
+                });
+            if let Err(e) = spawned {
+                log::warn!("virtio console input disabled: {e}");
+                return None;
+            }
+            Some(input)
+        })
+        .clone()
+}

@@ -5,6 +5,7 @@
 //! lands just before KVM_RUN is not lost).
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -48,6 +49,8 @@ struct Shared {
     /// First exit reason reported (later ones are logged only).
     exit_reason: Mutex<Option<VcpuExitReason>>,
     exit_evt: EventFd,
+    /// Per vCPU: an NMI to inject before the next KVM_RUN (`vm.nmi`).
+    nmi_pending: Vec<AtomicBool>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -113,6 +116,7 @@ impl VcpuManager {
             parked_changed: Condvar::new(),
             exit_reason: Mutex::new(None),
             exit_evt,
+            nmi_pending: vcpus.iter().map(|_| AtomicBool::new(false)).collect(),
         });
         let mut handles = Vec::new();
         for (index, fd) in vcpus.into_iter().enumerate() {
@@ -144,6 +148,11 @@ impl VcpuManager {
     fn set_state(&self, state: RunState) {
         *lock(&self.shared.state) = state;
         self.shared.changed.notify_all();
+        self.kick_all();
+    }
+
+    /// Makes every vCPU's KVM_RUN return so it sees new shared state.
+    fn kick_all(&self) {
         for h in &self.handles {
             // A thread that already exited cannot be signalled; that is fine.
             let _ = h.kill(kick_signal());
@@ -167,6 +176,16 @@ impl VcpuManager {
             ));
         }
         Ok(())
+    }
+
+    /// Queues an NMI for every vCPU and kicks them out of KVM_RUN; each
+    /// injects it (KVM_NMI) before it runs again. A paused vCPU gets it on
+    /// resume, as on upstream.
+    pub fn nmi(&self) {
+        for pending in &self.shared.nmi_pending {
+            pending.store(true, Ordering::Release);
+        }
+        self.kick_all();
     }
 
     /// Lets paused vCPUs run again.
@@ -252,6 +271,12 @@ fn run_vcpu(index: u8, mut fd: VcpuFd, ctx: &VcpuContext, shared: &Shared) {
     loop {
         if !wait_while_paused(shared) {
             break;
+        }
+        let nmi = shared.nmi_pending.get(usize::from(index));
+        if nmi.is_some_and(|p| p.swap(false, Ordering::AcqRel)) {
+            if let Err(e) = fd.nmi() {
+                log::warn!("vcpu{index}: cannot inject the NMI: {e}");
+            }
         }
         let reason = match fd.run() {
             Ok(exit) => handle_exit(index, exit, ctx, &mut unknown_ports),

@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use devices::virtio::block::BlockMetrics;
+use devices::virtio::console::ConsoleMetrics;
 use devices::virtio::net::NetMetrics;
-use devices::virtio::{Block, DiskOptions, Net, NetOptions, Tap};
-use vm_config::{DiskConfig, NetConfig};
+use devices::virtio::{Block, Console, DiskOptions, Net, NetOptions, Tap};
+use vm_config::{ConsoleOutputMode, DiskConfig, NetConfig, VmConfig};
 
 use crate::vm::VmError;
 
@@ -18,7 +19,12 @@ pub enum Counters {
     Block(Arc<BlockMetrics>),
     /// A NIC.
     Net(Arc<NetMetrics>),
+    /// The virtio console.
+    Console(Arc<ConsoleMetrics>),
 }
+
+/// Counter name of the virtio console (Cloud Hypervisor's device id).
+pub const CONSOLE_ID: &str = "__console";
 
 impl Counters {
     /// Counter name → value.
@@ -26,14 +32,14 @@ impl Counters {
         let pairs = match self {
             Self::Block(m) => m.snapshot(),
             Self::Net(m) => m.snapshot(),
+            Self::Console(m) => m.snapshot(),
         };
         pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
     }
 }
 
 /// The disk's device; its image is opened now.
-pub fn create_disk(index: usize, cfg: &DiskConfig) -> Result<(String, Block), VmError> {
-    let id = cfg.id.clone().unwrap_or_else(|| format!("_disk{index}"));
+pub fn create_disk(id: String, cfg: &DiskConfig) -> Result<(String, Block), VmError> {
     let dev = Block::new(DiskOptions {
         path: cfg.path.clone(),
         readonly: cfg.readonly,
@@ -53,8 +59,7 @@ pub fn create_disk(index: usize, cfg: &DiskConfig) -> Result<(String, Block), Vm
 }
 
 /// The NIC's device over a TAP created (or opened) and configured now.
-pub fn create_net(index: usize, cfg: &NetConfig) -> Result<(String, Net), VmError> {
-    let id = cfg.id.clone().unwrap_or_else(|| format!("_net{index}"));
+pub fn create_net(id: String, cfg: &NetConfig) -> Result<(String, Net), VmError> {
     let err = |e: std::io::Error| VmError::Config(format!("--net {id}: {e}"));
     let tap = Tap::open(cfg.tap.as_deref()).map_err(err)?;
     if let Some(mac) = cfg.host_mac {
@@ -81,4 +86,42 @@ pub fn create_net(index: usize, cfg: &NetConfig) -> Result<(String, Net), VmErro
         },
     );
     Ok((id, dev))
+}
+
+/// The virtio console (`hvc0`), or None when `console.mode` is Off.
+/// Pty and Socket are refused by validation.
+pub fn create_console(config: &VmConfig) -> Result<Option<Console>, VmError> {
+    let c = &config.console;
+    let output: Box<dyn std::io::Write + Send> = match c.mode {
+        ConsoleOutputMode::Off => return Ok(None),
+        ConsoleOutputMode::Tty => Box::new(crate::console::FlushingStdout),
+        ConsoleOutputMode::File => {
+            let path = c
+                .file
+                .as_ref()
+                .ok_or_else(|| VmError::Config("--console file= needs a path".into()))?;
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| {
+                    VmError::Config(format!("--console: cannot open {}: {e}", path.display()))
+                })?;
+            Box::new(f)
+        }
+        _ => Box::new(std::io::sink()),
+    };
+    // stdin belongs to the serial port when both are on the terminal, as in
+    // Cloud Hypervisor.
+    let input = (c.mode == ConsoleOutputMode::Tty
+        && config.serial.mode != ConsoleOutputMode::Tty
+        && crate::console::stdin_is_interactive())
+    .then(crate::console::virtio_console_stdin)
+    .flatten();
+    if c.mode == ConsoleOutputMode::Tty && config.serial.mode == ConsoleOutputMode::Tty {
+        log::warn!(
+            "serial and virtio console both write to this terminal; input goes to the serial"
+        );
+    }
+    Ok(Some(Console::new(output, input)))
 }

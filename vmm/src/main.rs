@@ -48,7 +48,7 @@ struct Cli {
     balloon: Option<String>,
     #[arg(long, help = ConsoleConfig::SERIAL_SYNTAX, default_value = "null")]
     serial: String,
-    #[arg(long, help = ConsoleConfig::CONSOLE_SYNTAX, default_value = "off")]
+    #[arg(long, help = ConsoleConfig::CONSOLE_SYNTAX, default_value = "tty")]
     console: String,
     #[arg(long = "api-socket", help = api::ApiSocket::SYNTAX)]
     api_socket: Option<String>,
@@ -207,7 +207,10 @@ fn main() -> ExitCode {
     }
     let _raw_terminal = config
         .as_ref()
-        .is_some_and(|c| c.serial.mode == vm_config::ConsoleOutputMode::Tty)
+        .is_some_and(|c| {
+            use vm_config::ConsoleOutputMode::Tty;
+            c.serial.mode == Tty || c.console.mode == Tty
+        })
         .then(vmm::console::RawTerminal::enable)
         .flatten();
     let api = match api_socket.map(start_api).transpose() {

@@ -218,14 +218,20 @@ impl Vm {
         let rng_metrics = rng.metrics();
         virtio.add(&vm_fd, mem, Arc::new(Mutex::new(rng)))?;
         let mut device_counters = Vec::new();
-        for (i, cfg) in config.disks.iter().flatten().enumerate() {
-            let (id, dev) = crate::io_devices::create_disk(i, cfg)?;
+        if let Some(dev) = crate::io_devices::create_console(config)? {
+            let counters = crate::io_devices::Counters::Console(dev.metrics());
+            virtio.add(&vm_fd, mem, Arc::new(Mutex::new(dev)))?;
+            device_counters.push((crate::io_devices::CONSOLE_ID.to_owned(), counters));
+        }
+        let (disk_ids, net_ids) = config.device_ids();
+        for (id, cfg) in disk_ids.into_iter().zip(config.disks.iter().flatten()) {
+            let (id, dev) = crate::io_devices::create_disk(id, cfg)?;
             let counters = crate::io_devices::Counters::Block(dev.metrics());
             virtio.add(&vm_fd, mem, Arc::new(Mutex::new(dev)))?;
             device_counters.push((id, counters));
         }
-        for (i, cfg) in config.net.iter().flatten().enumerate() {
-            let (id, dev) = crate::io_devices::create_net(i, cfg)?;
+        for (id, cfg) in net_ids.into_iter().zip(config.net.iter().flatten()) {
+            let (id, dev) = crate::io_devices::create_net(id, cfg)?;
             let counters = crate::io_devices::Counters::Net(dev.metrics());
             virtio.add(&vm_fd, mem, Arc::new(Mutex::new(dev)))?;
             device_counters.push((id, counters));
@@ -338,6 +344,11 @@ impl Vm {
         self.vcpus.resume()
     }
 
+    /// Injects an NMI into every vCPU (`vm.nmi`).
+    pub fn nmi(&self) {
+        self.vcpus.nmi()
+    }
+
     /// Presses the ACPI power button (the guest shuts itself down).
     pub fn power_button(&self) -> std::io::Result<()> {
         self.ged
@@ -420,9 +431,16 @@ fn acpi_config(
             access_latency_ns: n.latency_ns,
             access_bandwidth_mbps: n.bandwidth_mbps,
         })
+        // vCPUs not started at boot get no SRAT entry: they are only
+        // possible CPUs in the MADT.
+        .map(|mut n| {
+            n.cpus.retain(|&c| c < config.cpus.boot_vcpus);
+            n
+        })
         .collect();
     AcpiConfig {
         vcpus: config.cpus.boot_vcpus,
+        max_vcpus: config.cpus.max_vcpus,
         numa,
         virtio_mmio,
     }

@@ -228,11 +228,10 @@ impl Vmm {
     }
 
     fn handle_api(&mut self, request: ApiRequest) -> (ApiResult, After) {
-        let not_booted = |s: Option<VmState>| match s {
-            None => ApiError::VmNotCreated,
-            Some(_) => ApiError::VmNotBooted,
-        };
         let state = self.state();
+        // Upstream's answer to an action that needs a running VM, whether
+        // or not one was created.
+        let not_running = |_: Option<VmState>| ApiError::VmNotRunning;
         let result = match request {
             ApiRequest::VmmPing => Ok(ApiResponse::VmmPing(
                 api::VmmPingResponse::for_this_process(
@@ -259,33 +258,30 @@ impl Vmm {
                 }
             }
             ApiRequest::VmBoot => match state {
-                None => Err(ApiError::VmNotCreated),
-                Some(VmState::Running | VmState::Paused) => Err(ApiError::VmAlreadyBooted),
+                None => Err(ApiError::VmMissingConfig),
+                Some(VmState::Running | VmState::Paused) => Err(ApiError::VmAlreadyCreated),
                 Some(_) => match self.start_vm() {
                     Ok(()) => Ok(ApiResponse::Empty),
-                    // A kernel that cannot be read, RAM that cannot be had: the request's fault.
-                    Err(VmmError::Vm(
-                        e @ (VmError::Boot(_)
-                        | VmError::NoPayload
-                        | VmError::Memory(_)
-                        | VmError::Config(_)),
-                    )) => Err(ApiError::BadRequest(e.to_string())),
+                    // Upstream answers 500 for a kernel it cannot read too.
                     Err(e) => Err(ApiError::Internal(e.to_string())),
                 },
             },
             ApiRequest::VmShutdown => match state {
                 Some(VmState::Running | VmState::Paused) => {
                     self.stop_vm();
+                    // Upstream reports a shut-down VM as Created again.
+                    self.booted_once = false;
                     Ok(ApiResponse::Empty)
                 }
-                s => Err(not_booted(s)),
+                s => Err(not_running(s)),
             },
             ApiRequest::VmReboot => match state {
                 Some(VmState::Running | VmState::Paused) => self
                     .reboot_vm()
                     .map(|_| ApiResponse::Empty)
                     .map_err(|e| ApiError::Internal(e.to_string())),
-                s => Err(not_booted(s)),
+                // Upstream says "not created" here even for a VM that exists.
+                _ => Err(ApiError::VmNotCreated),
             },
             ApiRequest::VmPause => match (state, &self.vm) {
                 (Some(VmState::Running), Some(vm)) => match vm.pause() {
@@ -296,10 +292,11 @@ impl Vmm {
                     Err(e) => Err(ApiError::Internal(e)),
                 },
                 (Some(VmState::Paused), _) => Err(ApiError::InvalidStateTransition {
+                    action: "pause",
                     from: VmState::Paused,
                     to: VmState::Paused,
                 }),
-                (s, _) => Err(not_booted(s)),
+                (s, _) => Err(not_running(s)),
             },
             ApiRequest::VmResume => match (state, &self.vm) {
                 (Some(VmState::Paused), Some(vm)) => {
@@ -308,21 +305,25 @@ impl Vmm {
                     Ok(ApiResponse::Empty)
                 }
                 (Some(VmState::Running), _) => Err(ApiError::InvalidStateTransition {
+                    action: "resume",
                     from: VmState::Running,
                     to: VmState::Running,
                 }),
-                (s, _) => Err(not_booted(s)),
+                (s, _) => Err(not_running(s)),
             },
             ApiRequest::VmPowerButton => match (state, &self.vm) {
-                (Some(VmState::Running), Some(vm)) => vm
+                (Some(VmState::Running | VmState::Paused), Some(vm)) => vm
                     .power_button()
                     .map(|_| ApiResponse::Empty)
                     .map_err(|e| ApiError::Internal(e.to_string())),
-                (Some(VmState::Paused), _) => Err(ApiError::InvalidStateTransition {
-                    from: VmState::Paused,
-                    to: VmState::Shutdown,
-                }),
-                (s, _) => Err(not_booted(s)),
+                (s, _) => Err(not_running(s)),
+            },
+            ApiRequest::VmNmi => match (state, &self.vm) {
+                (Some(VmState::Running | VmState::Paused), Some(vm)) => {
+                    vm.nmi();
+                    Ok(ApiResponse::Empty)
+                }
+                (s, _) => Err(not_running(s)),
             },
             ApiRequest::VmDelete => {
                 self.stop_vm();
@@ -345,44 +346,147 @@ impl Vmm {
                 }
                 _ => Err(ApiError::VmNotCreated),
             },
-            ApiRequest::VmCounters => match state {
-                Some(_) => {
+            ApiRequest::VmCounters => match (state, &self.vm) {
+                (Some(VmState::Running | VmState::Paused), Some(vm)) => {
                     let mut counters = api::VmCounters::new();
-                    if let Some(vm) = &self.vm {
-                        if let Some(b) = vm.balloon() {
-                            counters.insert("__balloon".into(), b.counters());
-                        }
-                        counters.insert("_rng".into(), vm.rng_counters());
-                        counters.extend(vm.device_counters());
+                    if let Some(b) = vm.balloon() {
+                        counters.insert("__balloon".into(), b.counters());
                     }
+                    // Upstream's device id of the entropy device.
+                    counters.insert("__rng".into(), vm.rng_counters());
+                    counters.extend(vm.device_counters());
                     Ok(ApiResponse::VmCounters(counters))
                 }
-                None => Err(ApiError::VmNotCreated),
+                (s, _) => Err(not_running(s)),
             },
             ApiRequest::VmBalloonStats => match (state, &self.vm) {
                 (Some(VmState::Running | VmState::Paused), Some(vm)) => vm
                     .balloon()
                     .map(|b| ApiResponse::BalloonStats(Box::new(balloon_stats(b))))
                     .ok_or(ApiError::NoBalloon),
-                (s, _) => Err(not_booted(s)),
+                (s, _) => Err(not_running(s)),
             },
-            ApiRequest::VmResize(data) => match state {
+            ApiRequest::VmResize(data) => self.resize(data).map(|()| ApiResponse::Empty),
+            ApiRequest::VmAddDisk(disk) => self
+                .change_devices(|c| c.disks.get_or_insert_with(Vec::new).push(*disk))
+                .map(|()| ApiResponse::Empty),
+            ApiRequest::VmAddNet(net) => self
+                .change_devices(|c| c.net.get_or_insert_with(Vec::new).push(*net))
+                .map(|()| ApiResponse::Empty),
+            ApiRequest::VmRemoveDevice(data) => self.remove_device(&data.id),
+            ApiRequest::VmResizeZone(data) => match &self.config {
                 None => Err(ApiError::VmNotCreated),
-                Some(_) if data.desired_vcpus.is_some() => {
-                    Err(ApiError::NotSupported("CPU hotplug (desired_vcpus)".into()))
-                }
-                Some(_) if data.desired_ram.is_some() => Err(ApiError::NotSupported(
-                    "memory hotplug (desired_ram)".into(),
+                Some(c) if !c.memory.zones.iter().flatten().any(|z| z.id == data.id) => Err(
+                    ApiError::Internal(format!("no memory zone with id {:?}", data.id)),
+                ),
+                Some(_) => Err(ApiError::NotSupported(
+                    "resizing a memory zone (virtio-mem)".into(),
                 )),
-                Some(_) => match data.desired_balloon {
-                    Some(size) => self.resize_balloon(size).map(|()| ApiResponse::Empty),
-                    None => Err(ApiError::BadRequest(
-                        "vm.resize needs desired_vcpus, desired_ram or desired_balloon".into(),
-                    )),
-                },
             },
+            ApiRequest::VmResizeDisk(data) => match &self.config {
+                None => Err(ApiError::VmNotCreated),
+                Some(c) if !device_ids(c).any(|id| id == data.id) => {
+                    Err(ApiError::Internal(format!(
+                        "Failed resizing a disk image: no disk with id {:?}",
+                        data.id
+                    )))
+                }
+                Some(_) => Err(ApiError::NotSupported("resizing a disk".into())),
+            },
+            ApiRequest::Unsupported(action) => Err(action.refusal(state)),
         };
         (result, After::Continue)
+    }
+
+    /// `vm.resize`: before boot the configuration changes (as upstream);
+    /// a booted VM can only move its balloon (no CPU or memory hotplug).
+    fn resize(&mut self, data: api::VmResizeData) -> Result<(), ApiError> {
+        let running = matches!(self.state(), Some(VmState::Running | VmState::Paused));
+        let config = self.config.as_ref().ok_or(ApiError::VmNotCreated)?;
+        if data.desired_vcpus.is_none() && data.desired_ram.is_none() {
+            return match data.desired_balloon {
+                Some(size) => self.resize_balloon(size),
+                None => Err(ApiError::BadRequest(
+                    "vm.resize needs desired_vcpus, desired_ram or desired_balloon".into(),
+                )),
+            };
+        }
+        let mut resized = config.clone();
+        if let Some(vcpus) = data.desired_vcpus {
+            if vcpus > config.cpus.max_vcpus {
+                return Err(ApiError::Internal("Requested vCPUs exceed maximum".into()));
+            }
+            if running && vcpus != config.cpus.boot_vcpus {
+                return Err(ApiError::NotSupported("CPU hotplug (desired_vcpus)".into()));
+            }
+            resized.cpus.boot_vcpus = vcpus;
+        }
+        if let Some(ram) = data.desired_ram {
+            if ram != config.total_memory() {
+                if running {
+                    return Err(ApiError::NotSupported(
+                        "memory hotplug (desired_ram; the balloon resizes a running VM)".into(),
+                    ));
+                }
+                if resized.memory.zones.is_some() {
+                    return Err(ApiError::NotSupported(
+                        "desired_ram with memory zones (resize each zone instead)".into(),
+                    ));
+                }
+                resized.memory.size = ram;
+            }
+        }
+        resized
+            .validate()
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        self.config = Some(resized);
+        if let Some(size) = data.desired_balloon {
+            self.resize_balloon(size)?;
+        }
+        Ok(())
+    }
+
+    /// Adds or removes a disk or NIC in the configuration of a VM that is
+    /// not running. A running VM would need hotplug (virtio-pci).
+    fn change_devices(&mut self, change: impl FnOnce(&mut VmConfig)) -> Result<(), ApiError> {
+        let running = matches!(self.state(), Some(VmState::Running | VmState::Paused));
+        let config = self.config.as_ref().ok_or(ApiError::VmNotCreated)?;
+        if running {
+            return Err(ApiError::NotSupported(
+                "device hotplug into a running VM (virtio-pci)".into(),
+            ));
+        }
+        let mut changed = config.clone();
+        change(&mut changed);
+        changed
+            .validate()
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        self.config = Some(changed);
+        Ok(())
+    }
+
+    fn remove_device(&mut self, id: &str) -> ApiResult {
+        let config = self.config.as_ref().ok_or(ApiError::VmNotCreated)?;
+        if !device_ids(config).any(|d| d == id) {
+            return Err(ApiError::UnknownDevice(id.to_owned()));
+        }
+        let (disk_ids, net_ids) = config.device_ids();
+        self.change_devices(|c| {
+            // Name the rest as they were named, so their ids do not shift.
+            for (d, own) in c.disks.iter_mut().flatten().zip(disk_ids) {
+                d.id.get_or_insert(own);
+            }
+            for (n, own) in c.net.iter_mut().flatten().zip(net_ids) {
+                n.id.get_or_insert(own);
+            }
+            if let Some(disks) = &mut c.disks {
+                disks.retain(|d| d.id.as_deref() != Some(id));
+            }
+            if let Some(nets) = &mut c.net {
+                nets.retain(|n| n.id.as_deref() != Some(id));
+            }
+        })?;
+        Ok(ApiResponse::Empty)
     }
 
     /// Sets the balloon's per-tier target. A booted VM's device moves at
@@ -523,4 +627,10 @@ fn balloon_stats(balloon: &demeter_balloon::BalloonHandle) -> api::BalloonStatsR
         tiers,
         stats: stats.guest,
     }
+}
+
+/// Ids of the configured disks and NICs, as the devices are named at boot.
+fn device_ids(config: &VmConfig) -> impl Iterator<Item = String> {
+    let (disks, nets) = config.device_ids();
+    disks.into_iter().chain(nets)
 }

@@ -51,6 +51,11 @@ impl FakeVmm {
             .ok_or(ApiError::VmNotCreated)
     }
 
+    /// The state of a VM that must exist (else upstream's 500 "not running").
+    fn running(&self) -> Result<VmState, ApiError> {
+        self.state().map_err(|_| ApiError::VmNotRunning)
+    }
+
     fn set_state(&mut self, state: VmState) {
         if let Some((_, s)) = &mut self.vm {
             *s = state;
@@ -69,49 +74,49 @@ impl FakeVmm {
                 self.vm = Some((*config, Created));
                 self.balloon = BalloonSize::default();
             }
-            ApiRequest::VmBoot => match self.state()? {
+            ApiRequest::VmBoot => match self.state().map_err(|_| ApiError::VmMissingConfig)? {
                 Created | Shutdown => self.set_state(Running),
-                Running | Paused => return Err(ApiError::VmAlreadyBooted),
+                Running | Paused => return Err(ApiError::VmAlreadyCreated),
             },
-            ApiRequest::VmShutdown => match self.state()? {
+            ApiRequest::VmShutdown => match self.running()? {
                 Running | Paused => self.set_state(Shutdown),
-                Created | Shutdown => return Err(ApiError::VmNotBooted),
+                Created | Shutdown => return Err(ApiError::VmNotRunning),
             },
             ApiRequest::VmReboot => match self.state()? {
                 Running | Paused => self.set_state(Running),
-                Created | Shutdown => return Err(ApiError::VmNotBooted),
+                Created | Shutdown => return Err(ApiError::VmNotCreated),
             },
-            ApiRequest::VmPause => match self.state()? {
+            ApiRequest::VmPause => match self.running()? {
                 Running => self.set_state(Paused),
                 Paused => {
                     return Err(ApiError::InvalidStateTransition {
+                        action: "pause",
                         from: Paused,
                         to: Paused,
                     })
                 }
-                Created | Shutdown => return Err(ApiError::VmNotBooted),
+                Created | Shutdown => return Err(ApiError::VmNotRunning),
             },
-            ApiRequest::VmResume => match self.state()? {
+            ApiRequest::VmResume => match self.running()? {
                 Paused => self.set_state(Running),
                 Running => {
                     return Err(ApiError::InvalidStateTransition {
+                        action: "resume",
                         from: Running,
                         to: Running,
                     })
                 }
-                Created | Shutdown => return Err(ApiError::VmNotBooted),
+                Created | Shutdown => return Err(ApiError::VmNotRunning),
             },
-            ApiRequest::VmPowerButton => match self.state()? {
+            ApiRequest::VmPowerButton => {
                 // The guest reacts to the button by shutting itself down.
-                Running => self.set_state(Shutdown),
-                Paused => {
-                    return Err(ApiError::InvalidStateTransition {
-                        from: Paused,
-                        to: Shutdown,
-                    })
+                if self.running()? == Running {
+                    self.set_state(Shutdown);
                 }
-                Created | Shutdown => return Err(ApiError::VmNotBooted),
-            },
+            }
+            ApiRequest::VmNmi => {
+                self.running()?;
+            }
             ApiRequest::VmDelete => self.vm = None,
             ApiRequest::VmInfo => {
                 let (config, state) = self.vm.clone().ok_or(ApiError::VmNotCreated)?;
@@ -123,7 +128,7 @@ impl FakeVmm {
                     device_tree: None,
                 })));
             }
-            ApiRequest::VmCounters => match self.state()? {
+            ApiRequest::VmCounters => match self.running()? {
                 Running | Paused => {
                     let mut balloon = BTreeMap::new();
                     balloon.insert("fmem_bytes".to_string(), self.balloon.fmem);
@@ -132,7 +137,7 @@ impl FakeVmm {
                     counters.insert("__balloon".to_string(), balloon);
                     return Ok(ApiResponse::VmCounters(counters));
                 }
-                Created | Shutdown => return Err(ApiError::VmNotBooted),
+                Created | Shutdown => return Err(ApiError::VmNotRunning),
             },
             ApiRequest::VmResize(data) => {
                 self.state()?;
@@ -156,7 +161,7 @@ impl FakeVmm {
                     self.balloon = b;
                 }
             }
-            ApiRequest::VmBalloonStats => match self.state()? {
+            ApiRequest::VmBalloonStats => match self.running()? {
                 Running | Paused if self.options.has_balloon => {
                     let tier = |name: &str, bytes: u64| api::BalloonTierStats {
                         tier: name.into(),
@@ -179,7 +184,7 @@ impl FakeVmm {
                     )));
                 }
                 Running | Paused => return Err(ApiError::NoBalloon),
-                Created | Shutdown => return Err(ApiError::VmNotBooted),
+                Created | Shutdown => return Err(ApiError::VmNotRunning),
             },
             ApiRequest::VmmPing => {
                 return Ok(ApiResponse::VmmPing(VmmPingResponse::for_this_process(
@@ -188,6 +193,17 @@ impl FakeVmm {
                 )))
             }
             ApiRequest::VmmShutdown => self.vm = None,
+            ApiRequest::VmAddDisk(_)
+            | ApiRequest::VmAddNet(_)
+            | ApiRequest::VmRemoveDevice(_)
+            | ApiRequest::VmResizeZone(_)
+            | ApiRequest::VmResizeDisk(_) => {
+                self.state()?;
+                return Err(ApiError::NotSupported(request.endpoint().into()));
+            }
+            ApiRequest::Unsupported(action) => {
+                return Err(action.refusal(self.state().ok()));
+            }
         }
         Ok(ApiResponse::Empty)
     }

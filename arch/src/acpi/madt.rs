@@ -55,6 +55,12 @@ pub(super) fn build_madt(cfg: &AcpiConfig) -> Vec<u8> {
         let lapic = ProcessorLocalApic::new(cpu, cpu, EnabledStatus::Enabled);
         madt.append_slice(&aml_bytes(&lapic));
     }
+    // Not started now (max_vcpus > boot_vcpus): the guest counts them as
+    // possible CPUs but does not bring them up.
+    for cpu in cfg.vcpus..cfg.max_vcpus {
+        let lapic = ProcessorLocalApic::new(cpu, cpu, EnabledStatus::DisabledOnlineCapable);
+        madt.append_slice(&aml_bytes(&lapic));
+    }
     madt.append_slice(&aml_bytes(&IoApic::new(IOAPIC_ID, IOAPIC_ADDR, 0)));
     // KVM's in-kernel PIT drives IOAPIC pin 2, as on PCs.
     madt.append_slice(&source_override(0, 2, INTI_CONFORMS));
@@ -99,6 +105,18 @@ mod tests {
         assert_eq!(le32(&b, 4) as usize, b.len());
         assert_eq!(u64::from(le32(&b, 36)), layout::APIC_START);
         assert_eq!(le32(&b, 40) & 1, 1);
+    }
+
+    #[test]
+    fn vcpus_beyond_boot_are_disabled_but_online_capable() {
+        let b = build_madt(&AcpiConfig {
+            vcpus: 2,
+            max_vcpus: 4,
+            virtio_mmio: virtio_devices(1),
+            ..Default::default()
+        });
+        let flags: Vec<u32> = of_type(&b, 0).iter().map(|l| le32(l, 4)).collect();
+        assert_eq!(flags, vec![1, 1, 2, 2]);
     }
 
     #[test]

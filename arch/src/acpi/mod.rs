@@ -65,6 +65,9 @@ pub struct AcpiConfig {
     /// Number of vCPUs; their APIC ids (and ACPI processor UIDs) are
     /// `0..vcpus`.
     pub vcpus: u8,
+    /// Possible vCPUs (`max_vcpus`): those from `vcpus` up to here get
+    /// disabled, online-capable MADT entries. 0 (or `vcpus`) means none.
+    pub max_vcpus: u8,
     /// NUMA nodes. Empty means a single implicit node and no SRAT, SLIT or
     /// HMAT. vCPUs listed in no node join the first node that lists vCPUs
     /// (or the first node, if none does).

@@ -84,6 +84,7 @@ pub fn virtio_devices(n: usize) -> Vec<VirtioMmioDesc> {
 pub fn two_node_config() -> AcpiConfig {
     AcpiConfig {
         vcpus: 2,
+        max_vcpus: 2,
         numa: vec![
             NumaNodeDesc {
                 proximity_domain: 0,
@@ -105,6 +106,7 @@ pub fn two_node_config() -> AcpiConfig {
 pub fn three_node_config() -> AcpiConfig {
     AcpiConfig {
         vcpus: 4,
+        max_vcpus: 4,
         numa: vec![
             NumaNodeDesc {
                 proximity_domain: 0,

@@ -12,6 +12,7 @@
 
 pub mod block;
 pub mod chain;
+pub mod console;
 mod mmio;
 pub mod net;
 pub mod rng;
@@ -19,6 +20,7 @@ pub mod tap;
 mod worker;
 
 pub use block::{Block, DiskOptions};
+pub use console::{Console, ConsoleInput};
 pub use mmio::{MmioInterrupt, MmioTransport, MMIO_NOTIFY_OFFSET, MMIO_WINDOW_SIZE};
 pub use net::{Net, NetOptions};
 pub use rng::Rng;

@@ -123,6 +123,8 @@ for item in $scenarios; do
             export TB_LIB=/tb/lib TB_OUT="$out" TB_BIN=/tb/bin TB_TIMEOUT="$timeout"
             export TB_VMM="$vmm" TB_CH_REMOTE=/tb/bin/ch-remote
             export TB_VMMLOAD=/tb/bin/vmmload
+            # Upstream Cloud Hypervisor v53 (packed only when the anchors exist)
+            export TB_CH_UPSTREAM=/usr/local/bin/ch-upstream TB_CH_REMOTE_UPSTREAM=/usr/local/bin/ch-remote-upstream
             export TB_L2_KERNEL=/tb/l2/vmlinuz TB_L2_INITRD=/tb/l2/initrd.img
             cd "$out" || exit 1
             exec setsid sh "$script"

@@ -198,3 +198,117 @@ tb_vmm_ask() {
     tb_vmm_wait_line "$2" "${3:-30}" || return 1
     tr -d '\r' <"$TB_VMM_SERIAL" | grep -- "$2" | tail -n 1
 }
+
+# --- upstream Cloud Hypervisor v53 (the anchors) ----------------------------
+#   tb_need_upstream [vmm] [remote]  tb_skip unless upstream's cloud-hypervisor
+#                             ($TB_CH_UPSTREAM) / ch-remote
+#                             ($TB_CH_REMOTE_UPSTREAM) are there; they are
+#                             packed only when ../shared/anchors/
+#                             cloud-hypervisor-v53/ exists beside the project
+#   tb_upstream_args ARGS...  print ARGS one per line with our tier keys
+#                             (latency_ns=, bandwidth_mbps= in --numa values)
+#                             removed, for upstream's command line
+tb_need_upstream() {
+    [ $# -gt 0 ] || set -- vmm remote
+    for _tb_w in "$@"; do
+        case $_tb_w in
+        vmm) _tb_p=${TB_CH_UPSTREAM:-} ;;
+        remote) _tb_p=${TB_CH_REMOTE_UPSTREAM:-} ;;
+        *) continue ;;
+        esac
+        [ -n "$_tb_p" ] && [ -x "$_tb_p" ] ||
+            tb_skip "anchors absent: upstream Cloud Hypervisor v53 $_tb_w binary not found (${_tb_p:-unset}); it is packed from ../shared/anchors/cloud-hypervisor-v53/ beside the project root, which this checkout lacks"
+    done
+}
+
+tb_strip_tier_keys() { # one --numa value -> without latency_ns=/bandwidth_mbps=
+    printf '%s\n' "$1" | sed -e 's/,latency_ns=[^,]*//g' -e 's/,bandwidth_mbps=[^,]*//g' \
+        -e 's/^latency_ns=[^,]*,\{0,1\}//' -e 's/^bandwidth_mbps=[^,]*,\{0,1\}//' -e 's/^latency_ns=[^,]*,\{0,1\}//'
+}
+
+# --- JSON without jq/python (busybox awk) -----------------------------------
+#   tb_json paths FILE          one line per value: "path<TAB>value" (scalars
+#                               as written, containers as {} / []); path
+#                               components joined by "." (array index = number)
+#   tb_json get FILE PATH       the value at PATH, compact JSON
+#   tb_json drop FILE K1,K2..   the whole document, compact, with every object
+#                               member named K1, K2, ... removed (any depth)
+#   tb_json_keys FILE [PATH]    the member names of the object at PATH (top
+#                               level by default), sorted, one a line
+#   tb_json_value FILE PATH     a scalar at PATH, strings unquoted
+tb_json() {
+    awk -v mode="$1" -v arg="${3:-}" '
+    function ws() { while (pos <= n && index(" \t\r\n", substr(s, pos, 1))) pos++ }
+    function str(   st, c) {
+        st = pos; pos++
+        while (pos <= n) {
+            c = substr(s, pos, 1)
+            if (c == "\\") pos += 2
+            else if (c == "\"") { pos++; return substr(s, st, pos - st) }
+            else pos++
+        }
+        bad = 1; return ""
+    }
+    function val(path,   c, out, k, kn, v, first, i, st, sub_) {
+        ws(); c = substr(s, pos, 1)
+        if (c == "{") {
+            if (mode == "paths" && path != "") print path "\t{}"
+            pos++; out = "{"; first = 1; ws()
+            if (substr(s, pos, 1) == "}") { pos++; out = "{}" }
+            else while (!bad) {
+                ws(); k = str(); ws()
+                if (substr(s, pos, 1) != ":") { bad = 1; break }
+                pos++
+                kn = substr(k, 2, length(k) - 2)
+                v = val(path == "" ? kn : path "." kn)
+                if (!(kn in drop)) { out = out (first ? "" : ",") k ":" v; first = 0 }
+                ws(); c = substr(s, pos, 1); pos++
+                if (c == "}") { out = out "}"; break }
+                if (c != ",") { bad = 1; break }
+            }
+        } else if (c == "[") {
+            if (mode == "paths" && path != "") print path "\t[]"
+            pos++; out = "["; i = 0; ws()
+            if (substr(s, pos, 1) == "]") { pos++; out = "[]" }
+            else while (!bad) {
+                v = val(path == "" ? i : path "." i)
+                out = out (i ? "," : "") v; i++
+                ws(); c = substr(s, pos, 1); pos++
+                if (c == "]") { out = out "]"; break }
+                if (c != ",") { bad = 1; break }
+            }
+        } else if (c == "\"") {
+            out = str()
+            if (mode == "paths") print path "\t" out
+        } else {
+            st = pos
+            while (pos <= n && !index(",]} \t\r\n", substr(s, pos, 1))) pos++
+            out = substr(s, st, pos - st)
+            if (out == "") bad = 1
+            if (mode == "paths") print path "\t" out
+        }
+        if (mode == "get" && path == arg) { got = out; found = 1 }
+        return out
+    }
+    { s = s $0 "\n" }
+    END {
+        n = length(s); pos = 1
+        if (mode == "drop") { m = split(arg, dk, ","); for (j = 1; j <= m; j++) drop[dk[j]] = 1 }
+        r = val("")
+        if (bad) exit 2
+        if (mode == "drop") print r
+        else if (mode == "get") { if (!found) exit 1; print got }
+    }' "$2"
+}
+
+tb_json_keys() {
+    _tb_jp=${2:-}
+    tb_json paths "$1" | awk -F '\t' -v p="$_tb_jp" '
+        { k = $1
+          if (p != "") { if (substr(k, 1, length(p) + 1) != p ".") next; k = substr(k, length(p) + 2) }
+          if (index(k, ".") == 0) print k }' | LC_ALL=C sort -u
+}
+
+tb_json_value() {
+    tb_json get "$1" "$2" | sed -e 's/^"//' -e 's/"$//'
+}

@@ -1,0 +1,373 @@
+//! virtio-console (virtio 1.2 section 5.3) without multiport: receiveq 0
+//! (host to guest) and transmitq 1 (guest to host), the guest's `hvc0`.
+//!
+//! Output goes to a host writer (stdout, a file, or nowhere); input comes
+//! from an optional [`ConsoleInput`] that another thread fills. Chains are
+//! guest data: a transmit chain must be device-readable and a receive chain
+//! device-writable; anything else is returned unused and counted.
+
+use std::collections::VecDeque;
+use std::io::{self, Write};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use log::warn;
+use vmm_sys_util::epoll::Epoll;
+use vmm_sys_util::eventfd::EventFd;
+
+use super::chain::ChainBuffers;
+use super::worker::{DeviceThread, EpollHandler};
+use super::{
+    read_config_from_slice, ActivateError, ActiveQueue, GuestMemoryMmap, Queue, QueueT,
+    VirtioDevice, VirtioInterrupt, VirtioInterruptType, VIRTIO_F_VERSION_1,
+};
+
+/// Virtio device id of a console.
+pub const VIRTIO_ID_CONSOLE: u32 = 3;
+/// Size of each queue.
+pub const CONSOLE_QUEUE_SIZE: u16 = 256;
+/// Host input kept while the guest posts no receive buffer; more is dropped.
+pub const MAX_PENDING_INPUT: usize = 64 * 1024;
+/// Output copied per step, so a huge chain needs no huge buffer.
+const CHUNK: usize = 4096;
+
+const RX_TOKEN: u64 = 0;
+const TX_TOKEN: u64 = 1;
+const INPUT_TOKEN: u64 = 2;
+
+/// Bytes from the host for the guest, shared with the thread that reads
+/// them; `event` is written whenever bytes are added.
+pub struct ConsoleInput {
+    /// Pending bytes.
+    pub buffer: Mutex<VecDeque<u8>>,
+    /// Signals new bytes.
+    pub event: EventFd,
+    /// Bytes dropped because [`MAX_PENDING_INPUT`] was reached.
+    pub dropped: AtomicU64,
+}
+
+impl ConsoleInput {
+    /// An empty input.
+    pub fn new() -> io::Result<Self> {
+        Ok(Self {
+            buffer: Mutex::new(VecDeque::new()),
+            event: EventFd::new(libc::EFD_NONBLOCK)?,
+            dropped: AtomicU64::new(0),
+        })
+    }
+
+    /// Queues `data` for the guest (dropping what does not fit).
+    pub fn push(&self, data: &[u8]) {
+        let mut b = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
+        let room = MAX_PENDING_INPUT.saturating_sub(b.len());
+        b.extend(&data[..data.len().min(room)]);
+        let lost = data.len().saturating_sub(room) as u64;
+        drop(b);
+        if lost > 0 {
+            self.dropped.fetch_add(lost, Ordering::Relaxed);
+        }
+        let _ = self.event.write(1);
+    }
+}
+
+/// What the device has done, for `vm.counters`.
+#[derive(Debug, Default)]
+pub struct ConsoleMetrics {
+    /// Bytes the guest wrote.
+    pub tx_bytes: AtomicU64,
+    /// Bytes handed to the guest.
+    pub rx_bytes: AtomicU64,
+    /// Chains rejected: wrong direction or outside guest RAM.
+    pub bad_descriptors: AtomicU64,
+    /// Writes to the host output that failed.
+    pub output_errors: AtomicU64,
+}
+
+impl ConsoleMetrics {
+    /// Counter name/value pairs.
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        vec![
+            ("tx_bytes", l(&self.tx_bytes)),
+            ("rx_bytes", l(&self.rx_bytes)),
+            ("bad_descriptors", l(&self.bad_descriptors)),
+            ("output_errors", l(&self.output_errors)),
+        ]
+    }
+}
+
+/// The console device.
+pub struct Console {
+    output: Arc<Mutex<Box<dyn Write + Send>>>,
+    input: Option<Arc<ConsoleInput>>,
+    metrics: Arc<ConsoleMetrics>,
+    worker: Option<DeviceThread<Port>>,
+}
+
+impl Console {
+    /// A console writing to `output` and reading from `input`, if any.
+    pub fn new(output: Box<dyn Write + Send>, input: Option<Arc<ConsoleInput>>) -> Self {
+        Self {
+            output: Arc::new(Mutex::new(output)),
+            input,
+            metrics: Arc::new(ConsoleMetrics::default()),
+            worker: None,
+        }
+    }
+
+    /// The device's counters (shared with its thread).
+    pub fn metrics(&self) -> Arc<ConsoleMetrics> {
+        self.metrics.clone()
+    }
+
+    fn stop_worker(&mut self) {
+        if let Some(w) = self.worker.take() {
+            let _ = w.stop();
+        }
+    }
+}
+
+impl VirtioDevice for Console {
+    fn device_type(&self) -> u32 {
+        VIRTIO_ID_CONSOLE
+    }
+
+    fn queue_max_sizes(&self) -> Vec<u16> {
+        vec![CONSOLE_QUEUE_SIZE, CONSOLE_QUEUE_SIZE]
+    }
+
+    fn features(&self) -> u64 {
+        1 << VIRTIO_F_VERSION_1
+    }
+
+    fn ack_features(&mut self, _features: u64) {}
+
+    fn read_config(&self, offset: u64, data: &mut [u8]) {
+        // cols, rows, max_nr_ports, emerg_wr: meaningless without
+        // SIZE/MULTIPORT/EMERG_WRITE, so all zero.
+        read_config_from_slice(&[0u8; 12], offset, data);
+    }
+
+    fn write_config(&mut self, offset: u64, data: &[u8]) {
+        warn!(
+            "console: ignoring a {}-byte config write at offset {offset} (EMERG_WRITE not offered)",
+            data.len()
+        );
+    }
+
+    fn activate(
+        &mut self,
+        mem: GuestMemoryMmap,
+        interrupt: Arc<dyn VirtioInterrupt>,
+        queues: Vec<ActiveQueue>,
+    ) -> Result<(), ActivateError> {
+        if self.worker.is_some() {
+            return Err(ActivateError::AlreadyActive);
+        }
+        let mut rx = None;
+        let mut tx = None;
+        for q in queues {
+            match q.index {
+                0 => rx = Some(q),
+                1 => tx = Some(q),
+                _ => {}
+            }
+        }
+        let rx = rx.ok_or(ActivateError::MissingQueue(0))?;
+        let tx = tx.ok_or(ActivateError::MissingQueue(1))?;
+        let mut watch = vec![
+            (rx.event.as_raw_fd(), RX_TOKEN),
+            (tx.event.as_raw_fd(), TX_TOKEN),
+        ];
+        if let Some(i) = &self.input {
+            watch.push((i.event.as_raw_fd(), INPUT_TOKEN));
+        }
+        let port = Port {
+            mem,
+            interrupt,
+            rx: rx.queue,
+            rx_evt: rx.event,
+            tx: tx.queue,
+            tx_evt: tx.event,
+            output: self.output.clone(),
+            input: self.input.clone(),
+            metrics: self.metrics.clone(),
+        };
+        self.worker = Some(
+            DeviceThread::spawn("virtio-console", port, &watch).map_err(ActivateError::Worker)?,
+        );
+        Ok(())
+    }
+
+    fn reset(&mut self) -> bool {
+        self.stop_worker();
+        true
+    }
+}
+
+impl Drop for Console {
+    fn drop(&mut self) {
+        self.stop_worker();
+    }
+}
+
+/// The device thread's state.
+struct Port {
+    mem: GuestMemoryMmap,
+    interrupt: Arc<dyn VirtioInterrupt>,
+    rx: Queue,
+    rx_evt: EventFd,
+    tx: Queue,
+    tx_evt: EventFd,
+    output: Arc<Mutex<Box<dyn Write + Send>>>,
+    input: Option<Arc<ConsoleInput>>,
+    metrics: Arc<ConsoleMetrics>,
+}
+
+impl EpollHandler for Port {
+    fn start(&mut self, _epoll: &Epoll) {
+        self.transmit();
+        self.receive();
+    }
+
+    fn event(&mut self, token: u64, _epoll: &Epoll) {
+        match token {
+            TX_TOKEN => {
+                let _ = self.tx_evt.read();
+                self.transmit();
+            }
+            RX_TOKEN => {
+                let _ = self.rx_evt.read();
+                self.receive();
+            }
+            _ => {
+                if let Some(i) = &self.input {
+                    let _ = i.event.read();
+                }
+                self.receive();
+            }
+        }
+    }
+}
+
+impl Port {
+    fn bad(&self, what: &str) {
+        if self.metrics.bad_descriptors.fetch_add(1, Ordering::Relaxed) == 0 {
+            warn!("console: malformed chain ({what}); returned unused");
+        }
+    }
+
+    fn notify(&mut self, queue: u16) {
+        let q = if queue == 0 {
+            &mut self.rx
+        } else {
+            &mut self.tx
+        };
+        if q.needs_notification(&self.mem).unwrap_or(true) {
+            if let Err(e) = self.interrupt.trigger(VirtioInterruptType::Queue(queue)) {
+                warn!("console: raising the queue interrupt: {e}");
+            }
+        }
+    }
+
+    /// Writes every pending transmit chain to the output; returns how many
+    /// chains were completed.
+    fn transmit(&mut self) -> usize {
+        let mut done = 0;
+        let mut buf = vec![0u8; CHUNK];
+        while let Some(chain) = self.tx.pop_descriptor_chain(&self.mem) {
+            let head = chain.head_index();
+            match ChainBuffers::parse(chain, &self.mem) {
+                Ok(b) if b.writable_len() == 0 => self.write_out(&b, &mut buf),
+                Ok(_) => self.bad("device-writable buffer on the transmit queue"),
+                Err(e) => self.bad(&e.to_string()),
+            }
+            if let Err(e) = self.tx.add_used(&self.mem, head, 0) {
+                warn!("console: adding used buffer: {e}");
+                continue;
+            }
+            done += 1;
+        }
+        if done > 0 {
+            self.notify(1);
+        }
+        done
+    }
+
+    fn write_out(&self, b: &ChainBuffers, buf: &mut [u8]) {
+        let mut out = self.output.lock().unwrap_or_else(|p| p.into_inner());
+        let mut at = 0u64;
+        while at < b.readable_len() {
+            // CHUNK fits in u64 and the remainder is below CHUNK.
+            let n = (b.readable_len() - at).min(CHUNK as u64) as usize;
+            if let Err(e) = b.read_at(&self.mem, at, &mut buf[..n]) {
+                drop(out);
+                self.bad(&e.to_string());
+                return;
+            }
+            if out.write_all(&buf[..n]).is_err() {
+                self.metrics.output_errors.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            self.metrics.tx_bytes.fetch_add(n as u64, Ordering::Relaxed);
+            at += n as u64;
+        }
+        let _ = out.flush();
+    }
+
+    /// Moves pending input into receive buffers; returns the bytes delivered.
+    fn receive(&mut self) -> usize {
+        let Some(input) = self.input.clone() else {
+            return 0;
+        };
+        let mut delivered = 0;
+        let mut used = 0;
+        loop {
+            let mut pending = input.buffer.lock().unwrap_or_else(|p| p.into_inner());
+            if pending.is_empty() {
+                break;
+            }
+            let Some(chain) = self.rx.pop_descriptor_chain(&self.mem) else {
+                break; // kept until the guest posts a buffer (RX_TOKEN)
+            };
+            let head = chain.head_index();
+            let mut written = 0u32;
+            match ChainBuffers::parse(chain, &self.mem) {
+                Ok(b) if b.readable_len() == 0 => {
+                    // Bounded by MAX_PENDING_INPUT, so it fits in u32.
+                    let n = pending
+                        .len()
+                        .min(usize::try_from(b.writable_len()).unwrap_or(usize::MAX));
+                    let data: Vec<u8> = pending.iter().take(n).copied().collect();
+                    match b.write_at(&self.mem, 0, &data) {
+                        Ok(()) => {
+                            pending.drain(..n);
+                            written = n as u32;
+                        }
+                        Err(e) => self.bad(&e.to_string()),
+                    }
+                }
+                Ok(_) => self.bad("device-readable buffer on the receive queue"),
+                Err(e) => self.bad(&e.to_string()),
+            }
+            drop(pending);
+            if let Err(e) = self.rx.add_used(&self.mem, head, written) {
+                warn!("console: adding used buffer: {e}");
+                break;
+            }
+            used += 1;
+            delivered += written as usize;
+        }
+        self.metrics
+            .rx_bytes
+            .fetch_add(delivered as u64, Ordering::Relaxed);
+        if used > 0 {
+            self.notify(0);
+        }
+        delivered
+    }
+}
+
+#[cfg(test)]
+mod tests;
