@@ -77,7 +77,7 @@ fn fifty_concurrent_clients_all_get_answers() {
                 let r = match i % 3 {
                     0 => h.get("vmm.ping"),
                     1 => h.get("vm.info"),
-                    _ => h.put("vm.pause"), // 409 unless booted: still an answer
+                    _ => h.put("vm.pause"), // 500 unless booted (as upstream): still an answer
                 };
                 r.status
             })
@@ -86,7 +86,7 @@ fn fifty_concurrent_clients_all_get_answers() {
     let statuses: Vec<u16> = threads.into_iter().map(|t| t.join().unwrap()).collect();
     assert_eq!(statuses.len(), 50);
     assert!(
-        statuses.iter().all(|s| [200, 409].contains(s)),
+        statuses.iter().all(|s| [200, 500].contains(s)),
         "{statuses:?}"
     );
     assert_eq!(h.get("vmm.ping").status, 200);
@@ -167,8 +167,8 @@ fn keep_alive_serves_several_requests_on_one_connection() {
     let (raw, closed) = read_until_close(&mut s, Duration::from_secs(5));
     assert!(closed);
     let text = String::from_utf8_lossy(&raw);
-    assert_eq!(text.matches("HTTP/1.1 200 OK").count(), 2, "{text}");
-    assert_eq!(text.matches("HTTP/1.1 404 Not Found").count(), 1, "{text}");
+    assert_eq!(text.matches("HTTP/1.1 200 \r\n").count(), 2, "{text}");
+    assert_eq!(text.matches("HTTP/1.1 404 \r\n").count(), 1, "{text}");
 }
 
 #[test]
@@ -185,7 +185,10 @@ fn a_busy_vmm_gives_503_instead_of_hanging() {
     let r = h.get("vmm.ping");
     assert_eq!(r.status, 503);
     let chain: Vec<String> = serde_json::from_slice(&r.body).unwrap();
-    assert!(chain[0].contains("did not answer"), "{chain:?}");
+    assert!(
+        chain.last().is_some_and(|l| l.contains("did not answer")),
+        "{chain:?}"
+    );
 }
 
 #[test]

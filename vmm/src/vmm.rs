@@ -311,8 +311,10 @@ impl Vmm {
                 }),
                 (s, _) => Err(not_running(s)),
             },
+            // A paused guest could not react to the button; refuse rather
+            // than let it shut down the moment it is resumed.
             ApiRequest::VmPowerButton => match (state, &self.vm) {
-                (Some(VmState::Running | VmState::Paused), Some(vm)) => vm
+                (Some(VmState::Running), Some(vm)) => vm
                     .power_button()
                     .map(|_| ApiResponse::Empty)
                     .map_err(|e| ApiError::Internal(e.to_string())),

@@ -109,10 +109,12 @@ impl FakeVmm {
                 Created | Shutdown => return Err(ApiError::VmNotRunning),
             },
             ApiRequest::VmPowerButton => {
-                // The guest reacts to the button by shutting itself down.
-                if self.running()? == Running {
-                    self.set_state(Shutdown);
+                // The guest reacts to the button by shutting itself down;
+                // a paused guest cannot.
+                if self.running()? != Running {
+                    return Err(ApiError::VmNotRunning);
                 }
+                self.set_state(Shutdown);
             }
             ApiRequest::VmNmi => {
                 self.running()?;

@@ -155,11 +155,11 @@ if [ "$up" -eq 0 ] && tb_wait_until 30 tick_after 0; then
     tb_check_eq counters-disk-bad-requests 0 "$(counter _disk0 bad_requests)"
     tb_check_eq counters-ro-disk-writes 0 "$(counter _disk1 write_ops)"
     # 1 MiB in frames of at most 1514 bytes.
-    tb_check_ge counters-net-rx-frames "$(counter _net0 rx_frames)" 700
-    tb_check_ge counters-net-tx-frames "$(counter _net0 tx_frames)" 10
-    tb_check_eq counters-net-bad-descriptors 0 "$(counter _net0 bad_descriptors)"
-    tb_fact net_rx_no_buffers "$(counter _net0 rx_no_buffers)"
-    tb_fact net_rx_dropped "$(counter _net0 rx_dropped)"
+    tb_check_ge counters-net-rx-frames "$(counter _net2 rx_frames)" 700
+    tb_check_ge counters-net-tx-frames "$(counter _net2 tx_frames)" 10
+    tb_check_eq counters-net-bad-descriptors 0 "$(counter _net2 bad_descriptors)"
+    tb_fact net_rx_no_buffers "$(counter _net2 rx_no_buffers)"
+    tb_fact net_rx_dropped "$(counter _net2 rx_dropped)"
     tb_check info-has-config sh -c "\"$TB_CH_REMOTE\" --api-socket '$SOCK' info | grep -q 'tb.api=run1'"
     tb_check power-button chr power-button
     if tb_vmm_wait_line '@@TB-POWERBTN PRESSED' 30; then
