@@ -5,8 +5,9 @@
 //! reads up to 1 MiB ahead into a buffer mapped in the guest and publishes
 //! (fd, pos, len) in a user-writable control page. The syscall stub (which
 //! runs at CPL3 on PVM) serves `read(fd, …)` from that buffer with
-//! `rep movsb` and returns without an exit; only an empty buffer exits, and
-//! the VMM refills it.
+//! `rep movsb` and returns without an exit when the buffer holds the whole
+//! request; otherwise it exits and the VMM serves the rest of the buffer,
+//! refills, and completes the request, so a read is short only at EOF.
 //!
 //! The host file position runs ahead of the program's. Before any other
 //! system call that names the cached fd (lseek, close, dup2 onto it, fstat,
@@ -178,39 +179,65 @@ impl ReadCache {
             self.settle(mm);
             self.fd = fd as i64;
             self.file = id;
-        } else {
+        }
+        // The stub exits when the buffer holds less than asked for. Serve
+        // what is left, then refill until `count` bytes or end of file: a
+        // read of a regular file is short only at EOF (tar, for one, takes
+        // a short read for a file that shrank).
+        let mut done = 0u64;
+        let mut pos = self.pos(mm);
+        loop {
+            let n = (self.len - pos).min(count - done);
+            if n > 0 {
+                // SAFETY: pos + n <= len <= CACHE_BUF_SIZE bytes of the buffer.
+                let data = unsafe {
+                    std::slice::from_raw_parts(self.buf_host.add(pos as usize), n as usize)
+                };
+                if mm.write_bytes(buf + done, data).is_err() {
+                    // Keep the data for the next read, report the bad buffer.
+                    self.publish(mm, pos);
+                    return Some(match done {
+                        0 => (-(libc::EFAULT as i64), None),
+                        _ => (done as i64, Some((buf, done))),
+                    });
+                }
+                pos += n;
+                done += n;
+            }
+            if done == count {
+                break;
+            }
+            // Everything in the buffer was consumed: refill it.
             self.bytes += self.len;
+            self.refills += 1;
+            // SAFETY: the buffer is CACHE_BUF_SIZE host-contiguous bytes of guest RAM.
+            let r = unsafe {
+                libc::read(
+                    fd as i32,
+                    self.buf_host as *mut libc::c_void,
+                    CACHE_BUF_SIZE as usize,
+                )
+            };
+            if r < 0 {
+                let e = std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO);
+                self.fd = -1;
+                self.len = 0;
+                self.publish(mm, 0);
+                return Some(match done {
+                    0 => (-(e as i64), None),
+                    _ => (done as i64, Some((buf, done))),
+                });
+            }
+            self.len = r as u64;
+            pos = 0;
+            if r == 0 {
+                break; // end of file
+            }
         }
-        // The buffer is empty (the stub only exits then): refill it.
-        self.refills += 1;
-        // SAFETY: the buffer is CACHE_BUF_SIZE host-contiguous bytes of guest RAM.
-        let r = unsafe {
-            libc::read(
-                fd as i32,
-                self.buf_host as *mut libc::c_void,
-                CACHE_BUF_SIZE as usize,
-            )
-        };
-        if r < 0 {
-            let e = std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO);
-            self.fd = -1;
-            self.len = 0;
-            self.publish(mm, 0);
-            return Some((-(e as i64), None));
-        }
-        self.len = r as u64;
-        let n = count.min(self.len);
-        // SAFETY: n <= len <= CACHE_BUF_SIZE bytes of the buffer.
-        let data = unsafe { std::slice::from_raw_parts(self.buf_host, n as usize) };
-        if mm.write_bytes(buf, data).is_err() {
-            // Keep the data for the next read, report the bad buffer.
-            self.publish(mm, 0);
-            return Some((-(libc::EFAULT as i64), None));
-        }
-        self.publish(mm, n);
-        Some((n as i64, Some((buf, n))))
+        self.publish(mm, pos);
+        Some((done as i64, Some((buf, done))))
     }
 
     /// A fault in the stub's copy: un-consume the `n` bytes being copied.

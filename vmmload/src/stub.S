@@ -140,9 +140,11 @@ read_path:
 	push %rdx
 	mov ctl_len(%rip), %rcx
 	sub ctl_pos(%rip), %rcx
-	jz refill
+	/* less buffered than asked for: the VMM completes the read, so a
+	   regular file never reads short before its end */
 	cmp %rdx, %rcx
-	cmova %rdx, %rcx
+	jb refill
+	mov %rdx, %rcx
 	mov %rcx, %rax
 	mov %rsi, %rdi
 	mov ctl_buf(%rip), %rsi
