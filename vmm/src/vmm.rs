@@ -229,9 +229,6 @@ impl Vmm {
 
     fn handle_api(&mut self, request: ApiRequest) -> (ApiResult, After) {
         let state = self.state();
-        // Upstream's answer to an action that needs a running VM, whether
-        // or not one was created.
-        let not_running = |_: Option<VmState>| ApiError::VmNotRunning;
         let result = match request {
             ApiRequest::VmmPing => Ok(ApiResponse::VmmPing(
                 api::VmmPingResponse::for_this_process(
@@ -273,7 +270,7 @@ impl Vmm {
                     self.booted_once = false;
                     Ok(ApiResponse::Empty)
                 }
-                s => Err(not_running(s)),
+                _ => Err(ApiError::VmNotRunning),
             },
             ApiRequest::VmReboot => match state {
                 Some(VmState::Running | VmState::Paused) => self
@@ -296,7 +293,8 @@ impl Vmm {
                     from: VmState::Paused,
                     to: VmState::Paused,
                 }),
-                (s, _) => Err(not_running(s)),
+                // Upstream's answer whether or not a VM was created.
+                _ => Err(ApiError::VmNotRunning),
             },
             ApiRequest::VmResume => match (state, &self.vm) {
                 (Some(VmState::Paused), Some(vm)) => {
@@ -309,7 +307,8 @@ impl Vmm {
                     from: VmState::Running,
                     to: VmState::Running,
                 }),
-                (s, _) => Err(not_running(s)),
+                // Upstream's answer whether or not a VM was created.
+                _ => Err(ApiError::VmNotRunning),
             },
             // A paused guest could not react to the button; refuse rather
             // than let it shut down the moment it is resumed.
@@ -318,14 +317,16 @@ impl Vmm {
                     .power_button()
                     .map(|_| ApiResponse::Empty)
                     .map_err(|e| ApiError::Internal(e.to_string())),
-                (s, _) => Err(not_running(s)),
+                // Upstream's answer whether or not a VM was created.
+                _ => Err(ApiError::VmNotRunning),
             },
             ApiRequest::VmNmi => match (state, &self.vm) {
                 (Some(VmState::Running | VmState::Paused), Some(vm)) => {
                     vm.nmi();
                     Ok(ApiResponse::Empty)
                 }
-                (s, _) => Err(not_running(s)),
+                // Upstream's answer whether or not a VM was created.
+                _ => Err(ApiError::VmNotRunning),
             },
             ApiRequest::VmDelete => {
                 self.stop_vm();
@@ -359,14 +360,16 @@ impl Vmm {
                     counters.extend(vm.device_counters());
                     Ok(ApiResponse::VmCounters(counters))
                 }
-                (s, _) => Err(not_running(s)),
+                // Upstream's answer whether or not a VM was created.
+                _ => Err(ApiError::VmNotRunning),
             },
             ApiRequest::VmBalloonStats => match (state, &self.vm) {
                 (Some(VmState::Running | VmState::Paused), Some(vm)) => vm
                     .balloon()
                     .map(|b| ApiResponse::BalloonStats(Box::new(balloon_stats(b))))
                     .ok_or(ApiError::NoBalloon),
-                (s, _) => Err(not_running(s)),
+                // Upstream's answer whether or not a VM was created.
+                _ => Err(ApiError::VmNotRunning),
             },
             ApiRequest::VmResize(data) => self.resize(data).map(|()| ApiResponse::Empty),
             ApiRequest::VmAddDisk(disk) => self
