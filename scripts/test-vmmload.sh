@@ -116,7 +116,7 @@ same_as_native "python3: 5 MB JSON round trip (realloc/mremap)" "$PY" -c 'import
 for f in segv abort fpe ill wx ro unmapped; do
 	same_as_native "fault: $f" "$WORK/faults" $f
 done
-"$BIN" -q -- "$WORK/faults" segv 2>"$WORK/segv.err" >/dev/null
+"$BIN" -- "$WORK/faults" segv 2>"$WORK/segv.err" >/dev/null
 if grep -q "SIGSEGV: page fault: read at address 0x10" "$WORK/segv.err"; then
 	ok "fault message names the faulting address"
 else
@@ -183,6 +183,101 @@ w = sorted(int(p["addr"], 16) for p in rep["pages"] if lo <= int(p["addr"], 16) 
 sys.exit(0 if len(w) == 7 else 1)
 EOF
 then ok "smallest ring (256 entries) still exact for writes"; else bad "256-entry ring"; fi
+
+echo "== futexes, ring sizing and the cost profile (issue 12)"
+if gcc $CFLAGS -pthread -o "$WORK/futex" "$SRC/futex.c" &&
+	gcc $CFLAGS -pthread -o "$WORK/writeheavy" "$SRC/writeheavy.c"; then
+	# EAGAIN, relative and absolute timeouts, wake counts (waiters counted
+	# by CMP_REQUEUE without waking them), bad addresses, condvars.
+	same_as_native "futex semantics and a mutex/condvar workload" "$WORK/futex"
+	VMMLOAD_EXTRA="--interval-ms 5" same_as_native "futexes while sampling every 5 ms" "$WORK/futex"
+	printf 'import threading\nlock = threading.Lock()\nn = [0]\ndef work():\n    for _ in range(100000):\n        with lock:\n            n[0] += 1\nts = [threading.Thread(target=work) for _ in range(3)]\nfor t in ts: t.start()\nfor t in ts: t.join()\nprint(n[0])\n' >"$WORK/pylock.py"
+	same_as_native "three Python threads sharing one lock" "$PY" "$WORK/pylock.py"
+	# The default ring holds what a two-thread program rewrites per interval
+	# (2 x 12288 pages): no ring-full exits, which would re-protect the
+	# harvested pages and make every rewrite fault again.
+	if timeout 120 "$BIN" -q --report "$WORK/wh.json" -- "$WORK/writeheavy" 20 >"$WORK/wh.out" &&
+		"$WORK/writeheavy" 20 | cmp -s - "$WORK/wh.out" &&
+		"$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r["ring_full_events"] == 0 and r["profile"]["exits"]["dirty_ring_full"] == 0 and r["totals"]["pages_written"] >= 24576 else 1)' "$WORK/wh.json"; then
+		ok "default dirty ring: no ring-full exits for a write-heavy two-thread program"
+	else
+		bad "default dirty ring: ring-full exits or wrong output ($(grep -m1 ring_full_events "$WORK/wh.json" 2>/dev/null))"
+	fi
+	if timeout 120 "$BIN" -q --ring-entries 256 --report "$WORK/wh256.json" -- "$WORK/writeheavy" 2 >/dev/null &&
+		"$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); p=r["profile"]; sys.exit(0 if r["ring_full_events"] > 0 and p["exits"]["dirty_ring_full"] == r["ring_full_events"] and p["ring_harvest"]["on_ring_full"]["count"] == r["ring_full_events"] else 1)' "$WORK/wh256.json"; then
+		ok "256-entry ring: ring-full exits counted in the profile"
+	else
+		bad "256-entry ring: ring-full exits not reported consistently"
+	fi
+	# The profile: exits by reason add up, futex calls are counted.
+	if timeout 120 "$BIN" -v --ring-entries 0 --report "$WORK/prof.json" -- "$WORK/futex" pingpong 200 >/dev/null 2>"$WORK/prof.err" &&
+		grep -q "system calls by time handled" "$WORK/prof.err" &&
+		"$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); p=r["profile"]; f=[c for c in p["syscalls"] if c["name"] == "futex"]; sys.exit(0 if sum(p["exits"].values()) == r["exits"] and p["exits"]["syscall"] >= r["syscalls"] and f and f[0]["count"] > 0 and sum(c["count"] for c in p["syscalls"]) == r["syscalls"] else 1)' "$WORK/prof.json"; then
+		ok "cost profile in the report and with -v (exits by reason, calls by number)"
+	else
+		bad "cost profile missing or inconsistent: $(grep -c 'system calls by time handled' "$WORK/prof.err") summary line(s); exits $(tr -d ' \n' <"$WORK/prof.json" 2>/dev/null | grep -o '"exits":{[^}]*}' | head -c 200)"
+	fi
+else
+	bad "building the futex / write-heavy test programs"
+fi
+
+# ---- signals (issue 12, signals part): handlers run as natively ----
+echo "== signals delivered to the program's handlers"
+if gcc $CFLAGS -pthread -o "$WORK/signals" "$SRC/signals.c"; then
+	for m in alarm-spin alarm-read alarm-read-restart sigpipe sigpipe-ignored sigchld faults \
+		altstack nested sigsuspend sigtimedwait ppoll timer threads fpstate storm resethand badhandler badstack badsigreturn sigreturn-unmapped; do
+		same_as_native "signals: $m" "$WORK/signals" $m
+	done
+	same_as_native "signals: SIG_IGN survives execve" /bin/sh -c 'trap "" USR1; exec "$0" inherit' "$WORK/signals"
+	n=$(/bin/sh -c 'trap "" USR1; exec "$0" inherit' "$WORK/signals" 2>&1; echo "status $?")
+	v=$(/bin/sh -c 'trap "" USR1; exec "$0" -q -- "$1" inherit' "$BIN" "$WORK/signals" 2>&1; echo "status $?")
+	[ "$n" = "$v" ] && ok "signals: SIG_IGN inherited from vmmload's parent" ||
+		bad "signals: SIG_IGN from vmmload's parent: native '$n', vmmload '$v'"
+	same_as_native "signals: python3 SIGALRM handler during time.sleep" "$PY" -c 'import signal,time; signal.signal(signal.SIGALRM, lambda *a: print("alarm")); signal.alarm(1); time.sleep(2); print("done")'
+	same_as_native "signals: bash trap on SIGUSR1 and SIGCHLD of a pipeline" /bin/bash -c 'trap "echo usr1" USR1; kill -USR1 $$; echo x | cat; wait; echo end'
+	# SIGTERM sent to vmmload reaches the program's handler, which exits 0.
+	rm -f "$WORK/term.fifo"
+	mkfifo "$WORK/term.fifo"
+	"$BIN" -q -- "$WORK/signals" term >"$WORK/term.fifo" 2>"$WORK/term.err" &
+	pid=$!
+	exec 3<"$WORK/term.fifo"
+	read -r -t 60 first <&3
+	kill -TERM $pid
+	rest=$(timeout 60 cat <&3)
+	exec 3<&-
+	wait $pid
+	s=$?
+	if [ "$s" = 0 ] && [ "$first" = ready ] && [ "$rest" = "got SIGTERM, exiting cleanly" ]; then
+		ok "signals: SIGTERM to vmmload runs the program's handler (status 0)"
+	else
+		bad "signals: SIGTERM handler: status $s, output '$first' '$rest', $(head -2 "$WORK/term.err")"
+	fi
+	# A program that ignores SIGTERM keeps running after one (as natively),
+	# and --timeout still ends it.
+	rm -f "$WORK/ign.fifo"
+	mkfifo "$WORK/ign.fifo"
+	"$BIN" -q --timeout 4 -- "$WORK/signals" ignore-term >"$WORK/ign.fifo" 2>/dev/null &
+	pid=$!
+	exec 3<"$WORK/ign.fifo"
+	read -r -t 60 first <&3
+	kill -TERM $pid
+	exec 3<&-
+	wait $pid
+	s=$?
+	if [ "$s" = 124 ] && [ "$first" = ready ]; then
+		ok "signals: SIGTERM ignored by the program, --timeout still ends it (status 124)"
+	else
+		bad "signals: ignored SIGTERM: status $s (want 124), output '$first'"
+	fi
+else
+	bad "building tests/vmmload/signals.c"
+fi
+# ---- end of signals ----
+
+# ---- real programs, process groups, quiet mode, RAM sizing (issue 12) ----
+. "$SRC/realprogs.sh"
+. "$SRC/runctl.sh"
+# ---- end of the issue 12 real-program section ----
 
 echo "== bad input"
 # expect_fail NAME STATUS REGEX CMD...

@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
-# vmmload benchmark (issue 5): slowdown against native in the same run for a
-# CPU-bound program and a syscall-heavy one (md5sum of a large file), with
-# tracking off, with two dirty-ring sizes (writes + reads tracked), and with
-# write tracking only; plus the cost of a relayed system call (exit round
-# trip) and of one answered inside the guest (clock_gettime). Prints one JSON
-# line on stdout (progress goes to stderr).
+# vmmload benchmark (issues 5 and 12): slowdown against native in the same
+# run, per backend. Workloads: a CPU-bound Mandelbrot, md5sum of a large
+# file (syscall-heavy), a write-heavy two-thread compressor (xz -T2) and
+# three Python threads sharing one lock; each native, with tracking off,
+# with write tracking only and with writes+reads tracked (default ring),
+# interleaved per repetition so background noise hits all alike. Plus the
+# cost of a relayed call (getppid), of clock_gettime and of a futex
+# ping-pong between two threads.
+#
+# Backends: this machine's /dev/kvm (PVM here) directly, and standard KVM
+# (kvm_amd with NPT) in the nested testbed's L1 through the bench-vmmload
+# scenario, run under `flock /tmp/testbed.lock` (8-20 minutes; that L1 runs
+# under TCG, so compare configurations within it, not with this machine).
+# Prints one JSON line on stdout (progress on stderr).
 #
 # Environment: VMMLOAD_BIN (prebuilt binary), BENCH_REPS (default 3),
-# BENCH_FILE_MB (default 256), BENCH_CPU_SCALE (default 8),
-# BENCH_RINGS (default "256 65536"), BENCH_WRITES_ONLY_RING (default 4096),
-# CARGO_TARGET_DIR.
+# BENCH_FILE_MB (default 256), BENCH_CPU_SCALE (default 8), BENCH_XZ_MB
+# (default 16), BENCH_RINGS (extra ring sizes measured with writes+reads,
+# default none, e.g. "256 4096"), BENCH_KVM=0 (skip the testbed part),
+# BENCH_KVM_REPS (default 3), CARGO_TARGET_DIR.
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 SRC=$ROOT/tests/vmmload
@@ -18,87 +27,170 @@ trap 'rm -rf "$WORK"' EXIT
 REPS=${BENCH_REPS:-3}
 FILE_MB=${BENCH_FILE_MB:-256}
 SCALE=${BENCH_CPU_SCALE:-8}
-RINGS=${BENCH_RINGS:-256 65536}
-WRITES_ONLY=${BENCH_WRITES_ONLY_RING:-4096}
+XZ_MB=${BENCH_XZ_MB:-16}
+RINGS=${BENCH_RINGS:-}
+for v in "$REPS" "$FILE_MB" "$SCALE" "$XZ_MB" $RINGS; do
+	[[ $v =~ ^[1-9][0-9]*$ ]] || { echo "vmmload bench: '$v' is not a positive integer" >&2; exit 2; }
+done
 
 if [ -z "${VMMLOAD_BIN:-}" ]; then
 	(cd "$ROOT" && cargo build -q --release -p vmmload) >&2
 	VMMLOAD_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/vmmload
 fi
 BIN=$VMMLOAD_BIN
+
+# Standard KVM in the testbed's L1: one JSON object (or an error object).
+kvm_part() {
+	if [[ ${BENCH_KVM:-1} == 0 ]]; then
+		echo '{"skipped":"BENCH_KVM=0"}'
+		return
+	fi
+	local out=$WORK/tb rc=0
+	echo "standard KVM: nested testbed scenario bench-vmmload (waits for /tmp/testbed.lock), log $out.log" >&2
+	flock /tmp/testbed.lock "$ROOT/scripts/testbed.sh" -q --out "$out" \
+		--l1-append "tb.vlreps=${BENCH_KVM_REPS:-3}" bench-vmmload >"$out.log" 2>&1 || rc=$?
+	mkdir -p "$ROOT/build/testbed"
+	rm -rf "$ROOT/build/testbed/bench-vmmload"
+	cp -r "$out" "$ROOT/build/testbed/bench-vmmload" 2>/dev/null || true
+	local line
+	line=$(grep -h '^{"scenario":"bench-vmmload"' "$out/bench-vmmload/output.log" 2>/dev/null | tail -n 1 || true)
+	if [[ -z $line ]]; then
+		echo "standard KVM part failed (testbed rc $rc); tail of its log:" >&2
+		tail -n 15 "$out.log" >&2
+		echo "{\"error\":\"testbed rc $rc, no result line\"}"
+		return
+	fi
+	python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(json.dumps({"result": d.get("result"), **d.get("facts", {})}))' "$line"
+}
+
 if [ ! -w /dev/kvm ]; then
-	echo '{"bench":"vmmload","skipped":"no usable /dev/kvm"}'
+	echo "{\"bench\":\"vmmload\",\"local\":{\"skipped\":\"no usable /dev/kvm\"},\"standard_kvm\":$(kvm_part)}"
 	exit 0
 fi
 gcc -O2 -o "$WORK/cpu" "$SRC/cpu.c"
 gcc -O2 -o "$WORK/sysbench" "$SRC/sysbench.c"
+gcc -O2 -pthread -o "$WORK/futex" "$SRC/futex.c"
 head -c $((FILE_MB << 20)) /dev/urandom >"$WORK/big.bin"
 md5sum "$WORK/big.bin" >/dev/null # warm the page cache
+# Compressor input: this machine's programs (compressible, not trivially).
+cat /usr/bin/* 2>/dev/null | head -c $((XZ_MB << 20)) >"$WORK/xz.in" || true
+PY=$(python3 -c 'import sys; print(sys.executable)') # the real binary, not a shim
+cat >"$WORK/pylock.py" <<'EOF'
+import threading
+lock = threading.Lock()
+n = [0]
+def work():
+    for _ in range(200000):
+        with lock:
+            n[0] += 1
+ts = [threading.Thread(target=work) for _ in range(3)]
+for t in ts: t.start()
+for t in ts: t.join()
+print(n[0])
+EOF
 
-# secs CMD...: wall time of one run in seconds.
+# secs CMD...: "WALL CPU" of one run in seconds (CPU = user + system of
+# the run and its children, which includes guest time: less sensitive than
+# wall time to other load on the machine); a failed run aborts the bench.
 secs() {
-	local a b
-	a=$(date +%s.%N)
-	"$@" >/dev/null 2>&1
-	b=$(date +%s.%N)
-	awk -v a="$a" -v b="$b" 'BEGIN { printf "%.4f", b - a }'
+	local rc=0 TIMEFORMAT='%3R %3U %3S'
+	{ time "$@" >/dev/null 2>"$WORK/err" || rc=$?; } 2>"$WORK/time"
+	if [[ $rc != 0 ]]; then
+		echo "vmmload bench: exit $rc from: $*" >&2
+		head -c 500 "$WORK/err" >&2
+		exit 1
+	fi
+	awk '{ printf "%.3f %.3f", $1, $2 + $3 }' "$WORK/time"
 }
 
-# median of a list of numbers
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-# measure NAME CMD...: median wall time of REPS runs, interleaved native/VM
-# per repetition so that background noise hits all configurations alike.
-declare -A T
+# measure NAME CMD...: median wall (T) and CPU (C) time of REPS runs per
+# configuration.
+declare -A T C
+CONFIGS=(native off writes reads)
+for r in $RINGS; do CONFIGS+=("ring$r"); done
 measure() {
-	local name=$1
+	local name=$1 c t
 	shift
-	local configs=("native" "off" $RINGS "w$WRITES_ONLY")
-	local -A runs
-	for ((r = 0; r < REPS; r++)); do
-		for c in "${configs[@]}"; do
+	local -A runs cpus
+	for ((i = 0; i < REPS; i++)); do
+		for c in "${CONFIGS[@]}"; do
 			case $c in
 			native) t=$(secs "$@") ;;
 			off) t=$(secs "$BIN" -q --ring-entries 0 -- "$@") ;;
-			w*) t=$(secs "$BIN" -q --ring-entries "${c#w}" --reads off -- "$@") ;;
-			*) t=$(secs "$BIN" -q --ring-entries "$c" -- "$@") ;;
+			writes) t=$(secs "$BIN" -q --reads off -- "$@") ;;
+			reads) t=$(secs "$BIN" -q -- "$@") ;;
+			ring*) t=$(secs "$BIN" -q --ring-entries "${c#ring}" -- "$@") ;;
 			esac
-			runs[$c]="${runs[$c]:-} $t"
-			echo "  $name $c run $r: $t s" >&2
+			runs[$c]="${runs[$c]:-} ${t% *}"
+			cpus[$c]="${cpus[$c]:-} ${t#* }"
+			echo "  $name $c run $i: wall/cpu $t s" >&2
 		done
 	done
-	for c in "${configs[@]}"; do
+	for c in "${CONFIGS[@]}"; do
+		# shellcheck disable=SC2086 # lists of numbers
 		T[$name.$c]=$(median ${runs[$c]})
+		# shellcheck disable=SC2086
+		C[$name.$c]=$(median ${cpus[$c]})
 	done
 }
 
-echo "cpu-bound: $WORK/cpu $SCALE" >&2
+echo "load before: $(uptime)" >&2
+load_before=$(cut -d' ' -f1 /proc/loadavg)
+echo "cpu-bound: cpu $SCALE" >&2
 measure cpu "$WORK/cpu" "$SCALE"
 echo "syscall-heavy: md5sum of $FILE_MB MiB" >&2
 measure md5 md5sum "$WORK/big.bin"
+echo "write-heavy, two threads: xz -T2 -3 of $XZ_MB MiB" >&2
+measure xz xz -T2 -3 --block-size=4MiB -c "$WORK/xz.in"
+echo "three Python threads sharing one lock" >&2
+measure pylock "$PY" "$WORK/pylock.py"
+load_after=$(cut -d' ' -f1 /proc/loadavg)
 
-# Ring-full events and syscall counts of one tracked md5sum run.
-"$BIN" -q --ring-entries 256 --report "$WORK/r.json" -- md5sum "$WORK/big.bin" >/dev/null
-md5_syscalls=$(python3 -c "import json;print(json.load(open('$WORK/r.json'))['syscalls'])")
-md5_ringfull=$(python3 -c "import json;print(json.load(open('$WORK/r.json'))['ring_full_events'])")
+# Exits and ring harvests of one tracked run per workload (from the report).
+profile() { # NAME CMD...
+	local name=$1
+	shift
+	"$BIN" -q --report "$WORK/$name.json" -- "$@" >/dev/null 2>&1
+	python3 - "$WORK/$name.json" "$name" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+p = j["profile"]
+print(json.dumps({
+    "syscalls": j["syscalls"], "exits": p["exits"],
+    "ring_full_harvests": p["ring_harvest"]["on_ring_full"]["count"],
+    "interval_harvest_mean_us": round(p["ring_harvest"]["on_interval"]["mean_us"], 1),
+    "read_rearm_mean_us": round(p["read_rearm"]["mean_us"], 1),
+    "top_calls": [{k: c[k] for k in ("name", "count", "mean_us")} for c in p["syscalls"][:3]],
+}))
+PY
+}
+prof_md5=$(profile md5 md5sum "$WORK/big.bin")
+prof_xz=$(profile xz xz -T2 -3 --block-size=4MiB -c "$WORK/xz.in")
 
 native_rt=$("$WORK/sysbench" 200000)
 vm_rt=$("$BIN" -q --ring-entries 0 -- "$WORK/sysbench" 20000)
 native_clock=$("$WORK/sysbench" 1000000 clock)
 vm_clock=$("$BIN" -q --ring-entries 0 -- "$WORK/sysbench" 1000000 clock)
+native_pp=$("$WORK/futex" pingpong 20000)
+vm_pp=$("$BIN" -q --ring-entries 0 -- "$WORK/futex" pingpong 5000)
 
 slow() { awk -v v="${T[$1.$2]}" -v n="${T[$1.native]}" 'BEGIN { printf "%.2f", (v / n - 1) * 100 }'; }
-json="{\"bench\":\"vmmload\",\"reps\":$REPS,\"backend\":\"$("$BIN" -v -q -- /bin/true 2>&1 | grep -q PVM && echo pvm || echo standard-kvm)\""
-for w in cpu md5; do
-	json+=",\"${w}_native_s\":${T[$w.native]}"
-	json+=",\"${w}_off_s\":${T[$w.off]},\"${w}_off_slowdown_pct\":$(slow $w off)"
-	for r in $RINGS; do
-		json+=",\"${w}_ring${r}_s\":${T[$w.$r]},\"${w}_ring${r}_slowdown_pct\":$(slow $w "$r")"
+cslow() { awk -v v="${C[$1.$2]}" -v n="${C[$1.native]}" 'BEGIN { printf "%.2f", (n > 0 ? (v / n - 1) * 100 : 0) }'; }
+"$BIN" -q --ring-entries 0 --report "$WORK/true.json" -- /bin/true
+backend=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["backend"])' "$WORK/true.json")
+loc="{\"backend\":\"$backend\",\"reps\":$REPS,\"loadavg_before\":$load_before,\"loadavg_after\":$load_after"
+for w in cpu md5 xz pylock; do
+	loc+=",\"${w}_native_s\":${T[$w.native]},\"${w}_native_cpu_s\":${C[$w.native]}"
+	for c in "${CONFIGS[@]:1}"; do
+		loc+=",\"${w}_${c}_s\":${T[$w.$c]},\"${w}_${c}_slowdown_pct\":$(slow $w "$c")"
+		loc+=",\"${w}_${c}_cpu_s\":${C[$w.$c]},\"${w}_${c}_cpu_slowdown_pct\":$(cslow $w "$c")"
 	done
-	json+=",\"${w}_ring${WRITES_ONLY}_writes_only_s\":${T[$w.w$WRITES_ONLY]}"
-	json+=",\"${w}_ring${WRITES_ONLY}_writes_only_slowdown_pct\":$(slow $w "w$WRITES_ONLY")"
 done
-json+=",\"md5_file_mib\":$FILE_MB,\"md5_syscalls\":$md5_syscalls,\"md5_ring256_full_events\":$md5_ringfull"
-json+=",\"syscall_roundtrip_native_ns\":$native_rt,\"syscall_roundtrip_vmmload_ns\":$vm_rt"
-json+=",\"clock_gettime_native_ns\":$native_clock,\"clock_gettime_vmmload_ns\":$vm_clock}"
-echo "$json"
+loc+=",\"md5_file_mib\":$FILE_MB,\"xz_input_mib\":$XZ_MB,\"md5_profile\":$prof_md5,\"xz_profile\":$prof_xz"
+loc+=",\"syscall_roundtrip_native_ns\":$native_rt,\"syscall_roundtrip_vmmload_ns\":$vm_rt"
+loc+=",\"clock_gettime_native_ns\":$native_clock,\"clock_gettime_vmmload_ns\":$vm_clock"
+loc+=",\"futex_pingpong_native_ns\":$native_pp,\"futex_pingpong_vmmload_ns\":$vm_pp}"
+echo "local: $loc" >&2
+echo "{\"bench\":\"vmmload\",\"configs\":\"off = --ring-entries 0; writes = default ring, --reads off; reads = default ring, writes+reads\",\"local\":$loc,\"standard_kvm\":$(kvm_part)}"

@@ -76,7 +76,7 @@ tb_build_tools() {
     mkdir -p "$TB_BUILD/tools"
     # Also vmmload's native-identity test programs (as vl-*), so the
     # vmmload-kvm scenario can run them on the L1 host's standard KVM.
-    for c in "$TB_ITEST"/guest/*.c "$TB_ROOT"/tests/vmmload/{hello,threads,accuracy}.c; do
+    for c in "$TB_ITEST"/guest/*.c "$TB_ROOT"/tests/vmmload/{hello,threads,accuracy,cpu,sysbench,futex,signals}.c; do
         [[ -f $c ]] || continue
         name=$(basename "$c" .c)
         [[ $c == "$TB_ROOT"/tests/vmmload/* ]] && name=vl-$name

@@ -192,22 +192,51 @@ fn cstrings(v: Vec<Vec<u8>>) -> Result<Vec<CString>, i32> {
 
 /// execve(path, argv, envp): re-run vmmload on the new program.
 pub fn execve(p: &Process, a: &[u64; 6]) -> Action {
+    exec(p, libc::AT_FDCWD, a[0], a[1], a[2], 0)
+}
+
+/// execveat(dirfd, path, argv, envp, flags).
+pub fn execveat(p: &Process, a: &[u64; 6]) -> Action {
+    exec(p, a[0] as i32, a[1], a[2], a[3], a[4])
+}
+
+fn exec(p: &Process, dirfd: i32, path_at: u64, argv_at: u64, envp_at: u64, flags: u64) -> Action {
+    if flags & !((libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW) as u64) != 0 {
+        return err(libc::EINVAL);
+    }
     let (path, argv, envp) = {
         let mm = p.mm.lock().expect("mm lock");
-        let path = match mm.read_cstr(a[0], 4096) {
+        let path = match mm.read_cstr(path_at, 4096) {
             Ok(s) => s,
             Err(_) => return err(libc::EFAULT),
         };
-        let argv = match read_strv(&mm, a[1]) {
+        let argv = match read_strv(&mm, argv_at) {
             Ok(v) => v,
             Err(e) => return err(e),
         };
-        let envp = match read_strv(&mm, a[2]) {
+        let envp = match read_strv(&mm, envp_at) {
             Ok(v) => v,
             Err(e) => return err(e),
         };
         (path, argv, envp)
     };
+    let path = match crate::selfexe::execveat_path(dirfd, &path, flags as i32) {
+        Ok(p) => p,
+        Err(e) => return err(e),
+    };
+    if flags & libc::AT_SYMLINK_NOFOLLOW as u64 != 0 {
+        let pp = std::path::Path::new(
+            <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&path),
+        );
+        if pp
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink())
+        {
+            return err(libc::ELOOP);
+        }
+    }
+    // The program's own image, not vmmload's, as natively.
+    let path = crate::selfexe::substitute(p, path);
     let Ok(cpath) = CString::new(path.clone()) else {
         return err(libc::ENOENT);
     };
@@ -245,8 +274,16 @@ pub fn execve(p: &Process, a: &[u64; 6]) -> Action {
         }
         args.push(o.clone().into_bytes());
     }
-    if p.forked && !p.opts.reexec.iter().any(|o| o == "--quiet") {
-        args.push(b"--quiet".to_vec());
+    if p.forked {
+        // Children print no summary; their warnings follow -q and --log.
+        args.push(b"--no-summary".to_vec());
+    }
+    // The process keeps its pid, its process group and what is left of
+    // the deadline across the exec.
+    args.push(b"--exec-continued".to_vec());
+    if let Some(d) = p.opts.session.deadline {
+        let left = d.saturating_duration_since(std::time::Instant::now());
+        args.push(format!("--timeout={:.3}", left.as_secs_f64().max(0.001)).into_bytes());
     }
     let mut a0 = b"--argv0=".to_vec();
     a0.extend(argv0);

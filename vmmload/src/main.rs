@@ -6,16 +6,24 @@ mod elf;
 mod fastcalls;
 mod fds;
 mod forkexec;
+mod futex;
+mod group;
 mod heatmap;
 mod loader;
 mod machine;
+mod memslots;
+mod messages;
 mod mm;
 mod process;
+mod profile;
 mod ram;
 mod readcache;
 mod relay;
 mod report;
+mod selfexe;
 mod session;
+mod shm;
+mod signals;
 mod stats;
 mod sys;
 mod tracking;
@@ -41,7 +49,10 @@ use tracking::ReadRequest;
 )]
 struct Cli {
     /// Dirty-ring entries per vCPU (power of two, >= 256; 0 turns tracking off).
-    #[arg(long, default_value_t = 4096)]
+    /// The default is KVM's maximum: every ring-full exit re-protects the
+    /// harvested pages, so a small ring makes a program that rewrites more
+    /// pages per interval than the ring holds fault on them again and again.
+    #[arg(long, default_value_t = 65536)]
     ring_entries: u32,
     /// Read tracking (auto picks by backend).
     #[arg(long, value_enum, default_value_t = ReadRequest::Auto)]
@@ -65,9 +76,10 @@ struct Cli {
     /// Do not answer time and identity calls inside the guest (PVM backend).
     #[arg(long)]
     no_fast_calls: bool,
-    /// Guest RAM size in MiB.
-    #[arg(long, default_value_t = 4096)]
-    mem_mib: u64,
+    /// Guest RAM size in MiB (default: host RAM plus swap; only what the
+    /// program touches is backed).
+    #[arg(long)]
+    mem_mib: Option<u64>,
     /// Write the JSON report here.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -77,18 +89,37 @@ struct Cli {
     /// Write the heat-map PNG here.
     #[arg(long)]
     heatmap: Option<PathBuf>,
-    /// Kill the program after this many seconds (exit status 124).
+    /// Kill the program and everything it started after this many seconds
+    /// (exit status 124).
     #[arg(long)]
     timeout: Option<f64>,
-    /// Do not print the summary table.
+    /// At --timeout or a termination signal, SIGKILL what is still running
+    /// this many seconds after the first signal.
+    #[arg(long, default_value_t = 2.0)]
+    kill_after: f64,
+    /// Stay in the caller's process group (a program may then read the
+    /// terminal, but its forked children are not ended at --timeout).
+    #[arg(long)]
+    foreground: bool,
+    /// Print nothing a native run would not (no summary, no warnings;
+    /// see --log).
     #[arg(long, short)]
     quiet: bool,
+    /// Append vmmload's own messages (warnings, notices) to this file.
+    #[arg(long)]
+    log: Option<PathBuf>,
     /// More output (-v: backend and strategies, -vv: debug).
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
     /// argv[0] for the program (used when the program exec'ed another one).
     #[arg(long, hide = true)]
     argv0: Option<String>,
+    /// Set by the program's execve: this process already runs the program.
+    #[arg(long, hide = true)]
+    exec_continued: bool,
+    /// No summary table (a forked child's exec), warnings as usual.
+    #[arg(long, hide = true)]
+    no_summary: bool,
     /// The program and its arguments.
     #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
     command: Vec<String>,
@@ -96,15 +127,15 @@ struct Cli {
 
 fn main() {
     let cli = Cli::parse();
-    let level = match cli.verbose {
-        0 => "warn",
-        1 => "info",
-        _ => "debug",
-    };
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
-        .format_timestamp(None)
-        .format_target(false)
-        .init();
+    if let Err(e) = messages::init(cli.verbose, cli.quiet, cli.log.as_deref()) {
+        let log = cli
+            .log
+            .as_deref()
+            .unwrap_or(std::path::Path::new(""))
+            .display();
+        eprintln!("vmmload: --log {log}: {e}");
+        std::process::exit(2);
+    }
     let code = run(cli);
     std::process::exit(code);
 }
@@ -116,11 +147,14 @@ fn validate(cli: &Cli) -> Result<(), String> {
     if !(cli.ema_alpha > 0.0 && cli.ema_alpha <= 1.0) {
         return Err("--ema-alpha must be in (0, 1]".into());
     }
-    if !(16..=1 << 20).contains(&cli.mem_mib) {
-        return Err("--mem-mib must be between 16 and 1048576".into());
+    if cli.mem_mib.is_some_and(|m| !(16..=1 << 24).contains(&m)) {
+        return Err("--mem-mib must be between 16 and 16777216".into());
     }
     if cli.timeout.is_some_and(|t| !(t > 0.0 && t.is_finite())) {
         return Err("--timeout must be a positive number of seconds".into());
+    }
+    if !(cli.kill_after >= 0.0 && cli.kill_after <= 3600.0) {
+        return Err("--kill-after must be between 0 and 3600 seconds".into());
     }
     Ok(())
 }
@@ -133,7 +167,8 @@ fn reexec_args(cli: &Cli) -> Vec<String> {
         format!("--cold-after-ms={}", cli.cold_after_ms),
         format!("--ema-alpha={}", cli.ema_alpha),
         format!("--hot-threshold={}", cli.hot_threshold),
-        format!("--mem-mib={}", cli.mem_mib),
+        format!("--mem-mib={}", mem_bytes(cli) >> 20),
+        format!("--kill-after={}", cli.kill_after),
     ];
     let reads = match cli.reads {
         ReadRequest::Auto => "auto",
@@ -147,6 +182,7 @@ fn reexec_args(cli: &Cli) -> Vec<String> {
         ("--no-read-cache", cli.no_read_cache),
         ("--no-fast-calls", cli.no_fast_calls),
         ("--quiet", cli.quiet),
+        ("--foreground", cli.foreground),
     ] {
         if on {
             v.push(flag.into());
@@ -159,6 +195,7 @@ fn reexec_args(cli: &Cli) -> Vec<String> {
         ("--report", &cli.report),
         ("--csv", &cli.csv),
         ("--heatmap", &cli.heatmap),
+        ("--log", &cli.log),
     ] {
         if let Some(p) = path {
             let abs = std::path::absolute(p).unwrap_or_else(|_| p.clone());
@@ -168,11 +205,25 @@ fn reexec_args(cli: &Cli) -> Vec<String> {
     v
 }
 
+/// Guest RAM size in bytes.
+fn mem_bytes(cli: &Cli) -> u64 {
+    cli.mem_mib.map_or_else(ram::host_default_size, |m| m << 20)
+}
+
 fn run(cli: Cli) -> i32 {
+    let started = Instant::now();
     if let Err(e) = validate(&cli) {
         eprintln!("vmmload: {e}");
         return 2;
     }
+    if !cli.foreground && !cli.exec_continued {
+        // Fails only for a session leader, which leads its group already.
+        if let Err(e) = group::lead() {
+            log::debug!("setpgid: {e}");
+        }
+    }
+    // SAFETY: getpgrp and getpid have no preconditions.
+    let leads_group = !cli.foreground && unsafe { libc::getpgrp() == libc::getpid() };
     let path = match loader::resolve(&cli.command[0]) {
         Ok(p) => p,
         Err(e) => {
@@ -191,7 +242,7 @@ fn run(cli: Cli) -> i32 {
         hot_threshold: cli.hot_threshold,
     };
     let opts = ProcOptions {
-        mem: cli.mem_mib << 20,
+        mem: mem_bytes(&cli),
         ring_entries: cli.ring_entries,
         reads: cli.reads,
         read_cache: !cli.no_read_cache,
@@ -201,8 +252,12 @@ fn run(cli: Cli) -> i32 {
         session: session::Session {
             command: cli.command.clone(),
             interval_ms: cli.interval_ms,
-            timeout: cli.timeout,
-            quiet: cli.quiet,
+            deadline: cli
+                .timeout
+                .map(|t| started + std::time::Duration::from_secs_f64(t)),
+            leads_group,
+            kill_after: std::time::Duration::from_secs_f64(cli.kill_after),
+            quiet: cli.quiet || cli.no_summary,
             report: cli.report.clone(),
             csv: cli.csv.clone(),
             heatmap: cli.heatmap.clone(),

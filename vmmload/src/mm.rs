@@ -137,6 +137,25 @@ pub struct Mm {
     pub leaf_tables: BTreeMap<u64, u64>,
 }
 
+/// Allocates `n` frames and makes sure KVM's memslots cover them before any
+/// page table points there.
+fn alloc_covered(
+    frames: &mut Frames,
+    ram: &GuestRam,
+    n: u64,
+    owner: u64,
+) -> Result<Vec<u64>, MmError> {
+    let got = frames.alloc(n, owner).ok_or(MmError::NoMem)?;
+    if let Err(e) = ram.slots.cover(frames.high_water() * PAGE) {
+        log::warn!("adding a KVM memslot for guest RAM failed: {e}");
+        for &f in &got {
+            frames.free(f);
+        }
+        return Err(MmError::NoMem);
+    }
+    Ok(got)
+}
+
 fn page_down(a: u64) -> u64 {
     a & !(PAGE - 1)
 }
@@ -162,17 +181,23 @@ fn prot_bits(prot: u32) -> u64 {
 impl Mm {
     /// An empty address space over `ram`.
     pub fn new(ram: Arc<GuestRam>) -> Result<Mm, MmError> {
-        let mut frames = Frames::new(ram.size() / PAGE);
-        let pml4 = frames.alloc(1, OWN_PT).ok_or(MmError::NoMem)?[0];
-        Ok(Mm {
+        let frames = Frames::new(ram.size() / PAGE);
+        let mut mm = Mm {
             ram,
             frames,
-            pml4,
+            pml4: 0,
             vmas: BTreeMap::new(),
             brk_start: 0,
             brk_cur: 0,
             leaf_tables: BTreeMap::new(),
-        })
+        };
+        mm.pml4 = mm.alloc_frames(1, OWN_PT)?[0];
+        Ok(mm)
+    }
+
+    /// Allocates `n` frames covered by memslots.
+    fn alloc_frames(&mut self, n: u64, owner: u64) -> Result<Vec<u64>, MmError> {
+        alloc_covered(&mut self.frames, &self.ram, n, owner)
     }
 
     /// Address of the leaf entry for `gva`, creating tables if `create`.
@@ -190,7 +215,7 @@ impl Mm {
             if !create {
                 return Ok(None);
             }
-            let t = self.frames.alloc(1, OWN_PT).ok_or(MmError::NoMem)?[0];
+            let t = alloc_covered(&mut self.frames, &self.ram, 1, OWN_PT)?[0];
             // Fresh frames read as zero. Intermediate entries allow everything;
             // the leaf decides.
             entry.store(t | PTE_P | PTE_W | PTE_U, Ordering::Relaxed);
@@ -220,7 +245,7 @@ impl Mm {
 
     /// Maps a vmmload system page (supervisor unless `user`).
     pub fn map_system(&mut self, gva: u64, user: bool, writable: bool) -> Result<u64, MmError> {
-        let f = self.frames.alloc(1, OWN_SYS).ok_or(MmError::NoMem)?[0];
+        let f = self.alloc_frames(1, OWN_SYS)?[0];
         let a = self.pte_addr(gva, true)?.ok_or(MmError::NoMem)?;
         let mut v = f | PTE_P | PTE_A | PTE_D;
         if user {
@@ -260,7 +285,7 @@ impl Mm {
         if prot & (PROT_R | PROT_W | PROT_X) == 0 {
             return Ok(());
         }
-        let frames = self.frames.alloc(n, OWN_USER_TAG).ok_or(MmError::NoMem)?;
+        let frames = self.alloc_frames(n, OWN_USER_TAG)?;
         let bits = prot_bits(prot);
         for (i, f) in frames.into_iter().enumerate() {
             let va = start + i as u64 * PAGE;
@@ -286,8 +311,9 @@ impl Mm {
                 let v = w.swap(0, Ordering::Relaxed);
                 if v & (PTE_P | PTE_FRAME) != 0 {
                     let f = v & PTE_ADDR;
-                    self.ram.discard(f, PAGE);
-                    self.frames.free(f);
+                    if self.ram.release(f) {
+                        self.frames.free(f);
+                    }
                 }
                 va += PAGE;
             } else {

@@ -13,13 +13,13 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockWriteGuard};
 
-use kvm_bindings::{kvm_regs, kvm_userspace_memory_region, CpuId, KVM_MAX_CPUID_ENTRIES};
+use kvm_bindings::{kvm_regs, CpuId, KVM_MAX_CPUID_ENTRIES};
 use kvm_ioctls::{Kvm, SyncReg, VcpuExit, VcpuFd, VmFd};
 use log::{debug, info, warn};
 
 use crate::machine::{self, EXC_PORT_BASE, SYSCALL_PORT};
 use crate::mm::Mm;
-use crate::ram::{GuestRam, PHYS_BASE};
+use crate::ram::GuestRam;
 use crate::sys::{self, Action};
 use crate::tracking::Tracker;
 
@@ -76,6 +76,8 @@ pub struct Counters {
     pub exits: AtomicU64,
     /// Total nanoseconds spent in exits handled by vmmload (syscall path).
     pub syscall_ns: AtomicU64,
+    /// Per-call and per-exit-reason detail.
+    pub profile: crate::profile::Profile,
 }
 
 /// Options the process needs.
@@ -110,6 +112,8 @@ pub struct Process {
     pub mm: Mutex<Mm>,
     /// Signal dispositions.
     pub signals: Mutex<Signals>,
+    /// Pending signals, threads' signal state.
+    pub sigq: crate::signals::Shared,
     /// Path of the program image (for /proc/self/exe).
     pub exe: Mutex<String>,
     /// Backend detected at the first syscall.
@@ -171,6 +175,7 @@ pub fn init_signals() {
         libc::sigaddset(&mut set, kick_signal());
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
+    crate::signals::host::init();
 }
 
 /// Signals that end the run from outside (Ctrl-C, kill). They are blocked in
@@ -190,6 +195,10 @@ pub fn termination_signals() -> libc::sigset_t {
 
 /// A pending termination signal, if any (does not wait).
 pub fn poll_termination() -> Option<i32> {
+    if crate::signals::host::forwarder_active() {
+        // The signal thread takes them and applies the program's disposition.
+        return None;
+    }
     let set = termination_signals();
     let ts = libc::timespec {
         tv_sec: 0,
@@ -249,8 +258,11 @@ pub struct Thread {
     pub tid: i32,
     /// set_tid_address / CLONE_CHILD_CLEARTID address.
     pub clear_child_tid: u64,
-    /// Emulated signal mask.
+    /// Emulated signal mask (mirrored in `sig.mask`; change with
+    /// `signals::set_mask`).
     pub sigmask: u64,
+    /// Signal state shared with senders.
+    pub sig: Arc<crate::signals::ThreadSig>,
     /// Last flush epoch applied to this vCPU.
     pub flush_seen: u64,
 }
@@ -299,8 +311,9 @@ impl Process {
             ram: p_ram,
             mm: Mutex::new(mm),
             signals: Mutex::new(Signals {
-                actions: [[0; 4]; 65],
+                actions: crate::signals::host::initial_actions(),
             }),
+            sigq: crate::signals::Shared::default(),
             exe: Mutex::new(exe),
             backend: OnceLock::new(),
             threads: Mutex::new(HashMap::new()),
@@ -326,30 +339,21 @@ impl Process {
         Ok(p)
     }
 
-    /// Registers (or re-registers) guest RAM as memslot 0.
+    /// Registers (or re-registers) guest RAM's memslots (`memslots.rs`).
     pub fn add_memslot(&self) -> Result<(), kvm_ioctls::Error> {
-        let region = kvm_userspace_memory_region {
-            slot: 0,
-            flags: self.tracker.memslot_flags(),
-            guest_phys_addr: PHYS_BASE,
-            memory_size: self.ram.size(),
-            userspace_addr: self.ram.host_base(),
-        };
-        // SAFETY: the host range is our own mapping that lives for the whole run.
-        unsafe { self.vm.set_user_memory_region(region) }
+        use std::os::unix::io::AsRawFd;
+        self.ram
+            .slots
+            .attach(self.vm.as_raw_fd(), self.tracker.memslot_flags())
+            .map_err(|e| kvm_ioctls::Error::new(e.raw_os_error().unwrap_or(libc::EINVAL)))
     }
 
-    /// Removes memslot 0 (the caller re-adds it; vCPUs must be paused).
+    /// Removes the memslots (the caller re-adds them; vCPUs must be paused).
     pub fn remove_memslot(&self) -> Result<(), kvm_ioctls::Error> {
-        let region = kvm_userspace_memory_region {
-            slot: 0,
-            flags: 0,
-            guest_phys_addr: PHYS_BASE,
-            memory_size: 0,
-            userspace_addr: self.ram.host_base(),
-        };
-        // SAFETY: deleting a slot we created; no guest code runs meanwhile.
-        unsafe { self.vm.set_user_memory_region(region) }
+        self.ram
+            .slots
+            .detach()
+            .map_err(|e| kvm_ioctls::Error::new(e.raw_os_error().unwrap_or(libc::EINVAL)))
     }
 
     /// Reports how the run ends (first report wins).
@@ -486,7 +490,8 @@ impl Process {
         let mut t = Thread {
             tid,
             clear_child_tid: setup.clear_child_tid,
-            sigmask: setup.sigmask,
+            sigmask: setup.sigmask & !crate::signals::UNBLOCKABLE,
+            sig: crate::signals::register_thread(self, tid, setup.sigmask),
             flush_seen: self.flush_epoch.load(Ordering::SeqCst),
         };
         sys::thread_started(self, &t, &setup);
@@ -533,9 +538,20 @@ impl Process {
             };
             drop(guard);
             self.counters.exits.fetch_add(1, Ordering::Relaxed);
+            self.counters.profile.exit(exit.reason());
             match exit {
-                Exit::Kick => eat_kick(),
-                Exit::RingFull => self.tracker.ring_full(self),
+                Exit::Kick => {
+                    eat_kick();
+                    if !crate::signals::at_exit(self, &mut vcpu, t) {
+                        return;
+                    }
+                }
+                Exit::RingFull => {
+                    self.tracker.ring_full(self);
+                    if !crate::signals::at_exit(self, &mut vcpu, t) {
+                        return;
+                    }
+                }
                 Exit::Port(SYSCALL_PORT) => {
                     let start = std::time::Instant::now();
                     let act = self.syscall(&mut vcpu, t);
@@ -552,7 +568,7 @@ impl Process {
                 }
                 Exit::Port(port) if (EXC_PORT_BASE..EXC_PORT_BASE + 32).contains(&port) => {
                     let v = (port - EXC_PORT_BASE) as u8;
-                    if !sys::exception(self, &mut vcpu, v) {
+                    if !sys::exception(self, &mut vcpu, t, v) {
                         return;
                     }
                 }
@@ -611,17 +627,14 @@ impl Process {
             b
         });
         let regs = vcpu.sync_regs().regs;
+        let start = std::time::Instant::now();
+        self.counters.profile.syscall_start(regs.rax, regs.rsi);
         let act = sys::handle(self, vcpu, t, &regs);
-        if let Action::Return(v) = act {
-            let r = &mut vcpu.sync_regs_mut().regs;
-            r.rax = v as u64;
-            if backend == Backend::Pvm {
-                r.rip = regs.rcx;
-                r.rflags = regs.r11;
-            }
-            vcpu.set_sync_dirty_reg(SyncReg::Register);
-        }
-        act
+        self.counters
+            .profile
+            .syscall_done(regs.rax, regs.rsi, start.elapsed().as_nanos() as u64);
+        // Result into RAX, return to the program, pending signals delivered.
+        crate::signals::syscall_exit(self, vcpu, t, &regs, act, backend)
     }
 
     fn thread_exit(&self, t: &Thread) {
@@ -637,6 +650,7 @@ impl Process {
                 }
             }
         }
+        crate::signals::unregister_thread(self, t.tid);
         let mut th = self.threads.lock().expect("threads lock");
         th.remove(&t.tid);
         if th.is_empty() {
@@ -663,6 +677,19 @@ enum Exit {
     RingFull,
     Kick,
     Fatal(String),
+}
+
+impl Exit {
+    fn reason(&self) -> crate::profile::ExitReason {
+        use crate::profile::ExitReason as R;
+        match self {
+            Exit::Port(SYSCALL_PORT) => R::Syscall,
+            Exit::Port(p) if (EXC_PORT_BASE..EXC_PORT_BASE + 32).contains(p) => R::Exception,
+            Exit::RingFull => R::RingFull,
+            Exit::Kick => R::Kick,
+            _ => R::Other,
+        }
+    }
 }
 
 /// Opens /dev/kvm and creates the VM, both on hidden high descriptors.

@@ -2,9 +2,11 @@
 //! memslot, a frame allocator over it and the owner map (frame → guest page)
 //! that turns dirty-log physical addresses back into program addresses.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
-use std::sync::atomic::AtomicU64;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// Page size.
 pub const PAGE: u64 = 4096;
@@ -24,11 +26,45 @@ pub const OWN_USER_TAG: u64 = 3;
 /// logged just before an munmap are still attributed).
 pub const OWN_FREED_TAG: u64 = 4;
 
+/// Default guest RAM: what the host could back, RAM plus swap, rounded up
+/// to a GiB (at least 1 GiB), so an allocation the host would grant
+/// natively fits in the guest too. The mapping is MAP_NORESERVE, and the
+/// owner map and the KVM memslots (`memslots.rs`) grow with use, so the
+/// reservation itself costs neither host memory nor VM creation time.
+pub fn host_default_size() -> u64 {
+    let info = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    meminfo_total(&info)
+}
+
+fn meminfo_total(info: &str) -> u64 {
+    const GIB: u64 = 1 << 30;
+    let kib = |key: &str| {
+        info.lines()
+            .find_map(|l| {
+                l.strip_prefix(key)?
+                    .trim()
+                    .strip_suffix("kB")?
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+            .unwrap_or(0)
+    };
+    let bytes = (kib("MemTotal:") + kib("SwapTotal:")).saturating_mul(1024);
+    bytes.div_ceil(GIB).max(1) * GIB
+}
+
 /// The guest RAM mapping. The mapping lives as long as the process, so raw
 /// pointers into it stay valid for every thread.
 pub struct GuestRam {
     host: *mut u8,
     size: u64,
+    /// Frames whose host backing is a shared mapping (a `MAP_SHARED`
+    /// mapping of the program, see `shm.rs`) instead of the private one.
+    shared: Mutex<BTreeSet<u64>>,
+    shared_count: AtomicU64,
+    /// The KVM memslots over it, added as frames get used.
+    pub slots: crate::memslots::Memslots,
 }
 
 // SAFETY: the mapping is never unmapped while vmmload runs; concurrent access
@@ -58,10 +94,14 @@ impl GuestRam {
         Ok(GuestRam {
             host: p as *mut u8,
             size,
+            shared: Mutex::new(BTreeSet::new()),
+            shared_count: AtomicU64::new(0),
+            slots: crate::memslots::Memslots::new(size, p as u64),
         })
     }
 
     /// Host address of the mapping.
+    #[cfg(test)]
     pub fn host_base(&self) -> u64 {
         self.host as u64
     }
@@ -144,6 +184,82 @@ impl GuestRam {
         }
     }
 
+    /// Backs the frames at `[gpa, gpa+len)` (free of data: just allocated)
+    /// with `fd` at `off`, shared: the host pages are the file's (or the
+    /// memfd's), so they stay shared across vmmload's fork and writes reach
+    /// the file. KVM's MMU notifier drops its mappings of the old pages.
+    pub fn back_shared(&self, gpa: u64, len: u64, fd: RawFd, off: u64) -> io::Result<()> {
+        let p = self
+            .ptr(gpa, len)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: replaces a page-aligned range of our own mapping that holds
+        // no data yet; the guest page tables point at it only after this.
+        let r = unsafe {
+            libc::mmap(
+                p as *mut libc::c_void,
+                len as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                fd,
+                off as libc::off_t,
+            )
+        };
+        if r == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let mut set = self.shared.lock().expect("shared lock");
+        for f in (gpa..gpa + len).step_by(PAGE as usize) {
+            if set.insert(f) {
+                self.shared_count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the frame at `gpa` is backed by a shared mapping.
+    pub fn is_shared(&self, gpa: u64) -> bool {
+        self.shared_count.load(Ordering::Relaxed) != 0
+            && self.shared.lock().expect("shared lock").contains(&gpa)
+    }
+
+    /// A frame goes back to the allocator: its contents are dropped, and a
+    /// shared frame gets private anonymous backing again (the file keeps
+    /// what was written). False if the frame must not be reused.
+    pub fn release(&self, gpa: u64) -> bool {
+        if !self.is_shared(gpa) {
+            self.discard(gpa, PAGE);
+            return true;
+        }
+        let Some(p) = self.ptr(gpa, PAGE) else {
+            return false;
+        };
+        // SAFETY: replaces one page of our own mapping with fresh private
+        // anonymous memory, as it was before `back_shared`.
+        let r = unsafe {
+            libc::mmap(
+                p as *mut libc::c_void,
+                PAGE as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if r == libc::MAP_FAILED {
+            // Out of host mappings: the frame keeps the shared page and is
+            // never reused (its next owner would write into the file).
+            log::warn!(
+                "cannot give frame {gpa:#x} private backing again: {}",
+                io::Error::last_os_error()
+            );
+            return false;
+        }
+        if self.shared.lock().expect("shared lock").remove(&gpa) {
+            self.shared_count.fetch_sub(1, Ordering::Relaxed);
+        }
+        true
+    }
+
     /// Gives frames back to the host so they read as zero next time.
     pub fn discard(&self, gpa: u64, len: u64) {
         if let Some(p) = self.ptr(gpa, len) {
@@ -167,7 +283,9 @@ pub struct Frames {
     next: u64,
     limit: u64,
     free: BTreeMap<u64, u64>,
-    /// Owner of each frame (`OWN_*`, or `gva | OWN_USER_TAG`).
+    /// Owner of each frame below the high-water mark (`OWN_*`, or
+    /// `gva | OWN_USER_TAG`). It grows with the bump pointer, so a large
+    /// guest RAM costs nothing until used and fork copies only what is.
     pub owner: Vec<u64>,
     used: u64,
 }
@@ -179,7 +297,7 @@ impl Frames {
             next: 0,
             limit: nframes,
             free: BTreeMap::new(),
-            owner: vec![OWN_FREE; nframes as usize],
+            owner: Vec::new(),
             used: 0,
         }
     }
@@ -194,6 +312,12 @@ impl Frames {
         self.used
     }
 
+    /// Moves the bump pointer to `next`, growing the owner map with it.
+    fn bump_to(&mut self, next: u64) {
+        self.next = next;
+        self.owner.resize(next as usize, OWN_FREE);
+    }
+
     /// Allocates up to `n` contiguous frames; returns (first frame index, count).
     fn alloc_run(&mut self, n: u64) -> Option<(u64, u64)> {
         if let Some((&s, &l)) = self.free.iter().find(|(_, &l)| l >= n) {
@@ -205,7 +329,7 @@ impl Frames {
         }
         if self.limit - self.next >= n {
             let s = self.next;
-            self.next += n;
+            self.bump_to(s + n);
             return Some((s, n));
         }
         // Fragmented: take the largest free piece or what the bump area has left.
@@ -222,7 +346,7 @@ impl Frames {
             _ if self.next < self.limit => {
                 let s = self.next;
                 let got = self.limit - self.next;
-                self.next = self.limit;
+                self.bump_to(self.limit);
                 Some((s, got))
             }
             _ => None,
@@ -306,6 +430,29 @@ mod tests {
         let c = f.alloc(3, OWN_PT).unwrap();
         assert_eq!(c[0], PHYS_BASE);
         assert_eq!(f.owner_of(PHYS_BASE + 5 * PAGE), OWN_SYS);
+    }
+
+    #[test]
+    fn default_size_is_host_ram_plus_swap() {
+        let info = "MemTotal:       24683712 kB\nMemFree: 1 kB\nSwapTotal:       2097148 kB\n";
+        assert_eq!(meminfo_total(info), 26 << 30);
+        assert_eq!(meminfo_total("MemTotal: 1000 kB\n"), 1 << 30);
+        assert_eq!(meminfo_total("garbage"), 1 << 30);
+        assert!(host_default_size() >= 1 << 30);
+    }
+
+    #[test]
+    fn owner_map_grows_only_with_use() {
+        // 1 TiB of guest RAM: nothing per frame is allocated up front.
+        let mut f = Frames::new(1 << 28);
+        assert_eq!(f.owner.len(), 0);
+        let a = f.alloc(3, OWN_SYS).unwrap();
+        assert_eq!(f.owner.len(), 3);
+        assert_eq!(f.owner_of(a[2]), OWN_SYS);
+        assert_eq!(f.owner_of(PHYS_BASE + 100 * PAGE), OWN_FREE);
+        f.free(a[0]);
+        assert_eq!(f.alloc(1, OWN_PT).unwrap(), vec![a[0]]);
+        assert_eq!(f.owner.len(), 3);
     }
 
     #[test]

@@ -37,6 +37,8 @@ pub struct RunInfo {
     pub syscall_ns: u64,
     /// In-guest read cache: refills (exits) and bytes served.
     pub read_cache: (u64, u64),
+    /// Per-call / per-exit profile (`profile::Profile::json`).
+    pub profile: serde_json::Value,
 }
 
 /// Where to write.
@@ -165,6 +167,7 @@ pub fn json(info: &RunInfo, st: &Stats) -> serde_json::Value {
         "mean_syscall_handling_us": if info.syscalls > 0 { info.syscall_ns as f64 / info.syscalls as f64 / 1000.0 } else { 0.0 },
         "ring_full_events": info.ring_full_events,
         "read_cache": {"refills": info.read_cache.0, "bytes": info.read_cache.1},
+        "profile": info.profile,
         "totals": {
             "pages_touched": st.pages.len(),
             "pages_written": written,
@@ -346,6 +349,7 @@ mod tests {
             exits: 1,
             syscall_ns: 1000,
             read_cache: (0, 0),
+            profile: serde_json::Value::Null,
         };
         let j = json(&info, &st);
         assert_eq!(j["ending"]["status"], 3);

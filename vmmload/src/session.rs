@@ -19,8 +19,13 @@ pub struct Session {
     pub command: Vec<String>,
     /// Sampling interval.
     pub interval_ms: u64,
-    /// Kill the program after this long.
-    pub timeout: Option<f64>,
+    /// When `--timeout` expires (kept across the program's execve).
+    pub deadline: Option<Instant>,
+    /// This process leads the program's process group and ends it at a
+    /// timeout or a termination signal (see `group.rs`).
+    pub leads_group: bool,
+    /// Grace period between the first signal and SIGKILL for the group.
+    pub kill_after: Duration,
     /// No summary table.
     pub quiet: bool,
     /// JSON report.
@@ -59,7 +64,7 @@ fn start_sampler(p: &Arc<Process>, interval_ms: u64) -> Option<JoinHandle<()>> {
 pub fn supervise(p: Arc<Process>, rx: Receiver<Ending>, t0: Instant) -> i32 {
     let s = p.opts.session.clone();
     let sampler = start_sampler(&p, s.interval_ms);
-    let deadline = s.timeout.map(|t| t0 + Duration::from_secs_f64(t));
+    let deadline = s.deadline;
     let ending = loop {
         match rx.recv_timeout(Duration::from_millis(20)) {
             Ok(e) => break e,
@@ -77,6 +82,7 @@ pub fn supervise(p: Arc<Process>, rx: Receiver<Ending>, t0: Instant) -> i32 {
     };
     p.end(ending.clone());
     let elapsed = t0.elapsed();
+    end_group(&s, &ending);
     if let Some(h) = sampler {
         let _ = h.join();
     }
@@ -98,7 +104,9 @@ pub fn supervise(p: Arc<Process>, rx: Receiver<Ending>, t0: Instant) -> i32 {
             c.settle(&mm);
             (c.refills, c.bytes)
         },
+        profile: p.counters.profile.json(),
     };
+    log::info!("{}", p.counters.profile.summary());
     {
         let st = p.tracker.stats.lock().expect("stats lock");
         let outputs = report::Outputs {
@@ -116,12 +124,39 @@ pub fn supervise(p: Arc<Process>, rx: Receiver<Ending>, t0: Instant) -> i32 {
     finish(ending)
 }
 
+/// Ends the rest of the program's process group when the run was ended from
+/// outside (timeout, termination signal), as coreutils `timeout` does. A
+/// program that exits, or dies of its own fault, leaves its children
+/// running, as natively.
+fn end_group(s: &Session, ending: &Ending) {
+    if !s.leads_group {
+        return;
+    }
+    let sig = match ending {
+        Ending::Timeout => libc::SIGTERM,
+        Ending::Signal(sig, _)
+            if [
+                libc::SIGINT,
+                libc::SIGTERM,
+                libc::SIGHUP,
+                libc::SIGQUIT,
+                libc::SIGKILL,
+            ]
+            .contains(sig) =>
+        {
+            *sig
+        }
+        _ => return,
+    };
+    crate::group::end(sig, s.kill_after);
+}
+
 /// Ends vmmload the way the program ended.
 pub fn finish(e: Ending) -> i32 {
     match e {
         Ending::Exit(c) => c,
         Ending::Timeout => {
-            eprintln!("vmmload: timeout: program killed");
+            crate::messages::notice("timeout: program killed");
             124
         }
         Ending::Error(m) => {
@@ -130,7 +165,7 @@ pub fn finish(e: Ending) -> i32 {
         }
         Ending::Signal(sig, msg) => {
             if !msg.is_empty() {
-                eprintln!("vmmload: program killed by {}: {msg}", sys::signame(sig));
+                crate::messages::notice(&format!("program killed by {}: {msg}", sys::signame(sig)));
             }
             // Die by the same signal so the parent sees what a native run gives
             // (no core file of vmmload's address space).

@@ -13,6 +13,7 @@ use crate::mm::{Mm, MmError, VmaKind, PROT_R, PROT_W, USER_END};
 use crate::process::{Ending, Process, Thread, VcpuStart};
 use crate::ram::PAGE;
 use crate::relay::{self, Arg};
+use crate::shm::Source;
 
 /// What the vCPU loop does after a system call.
 #[derive(Debug)]
@@ -23,6 +24,8 @@ pub enum Action {
     ThreadExit,
     /// The process is ending; stop this vCPU.
     Stop,
+    /// The registers were set by the call itself (rt_sigreturn).
+    Resume,
 }
 
 /// What a new thread must do when it starts.
@@ -155,8 +158,15 @@ fn dispatch(
             }
         }
         12 => Action::Return(p.mm.lock().expect("mm lock").brk(a[0]) as i64),
-        13 => sigaction(p, &a),
-        14 => sigprocmask(p, t, &a),
+        13 => crate::signals::calls::sigaction(p, &a),
+        14 => crate::signals::calls::sigprocmask(p, t, &a),
+        15 => crate::signals::calls::sigreturn(p, vcpu, t, r),
+        34 => crate::signals::calls::sigsuspend(p, t, &a, false),
+        128 => crate::signals::calls::sigtimedwait(p, t, &a),
+        129 | 297 => crate::signals::calls::sigqueueinfo(p, nr, &a),
+        130 => crate::signals::calls::sigsuspend(p, t, &a, true),
+        270 | 271 | 281 | 441 => crate::signals::calls::masked_wait(p, t, nr, &a),
+        222..=226 => crate::signals::calls::timer(p, nr, &a),
         16 => ioctl(p, &a),
         19 | 20 | 295 | 296 => rwv(p, nr, &a),
         25 => {
@@ -175,14 +185,9 @@ fn dispatch(
         28 => madvise(p, &a),
         56 => clone(p, vcpu, t, r),
         57 | 58 => crate::forkexec::fork(p, vcpu, t, r, 0),
-        59 => crate::forkexec::execve(p, &a),
-        322 => {
-            p.log_once(format!(
-                "system call {} is not supported in vmmload (returns ENOSYS)",
-                relay::name(nr)
-            ));
-            err(libc::ENOSYS)
-        }
+        59 => crate::signals::host::around_exec(p, || crate::forkexec::execve(p, &a)),
+        322 => crate::signals::host::around_exec(p, || crate::forkexec::execveat(p, &a)),
+        2 | 257 => open(p, nr, &a),
         60 => {
             p.exit_code.store(a[0] as i32 & 0xff, Ordering::SeqCst);
             Action::ThreadExit
@@ -191,9 +196,7 @@ fn dispatch(
             p.end(Ending::Exit(a[0] as i32 & 0xff));
             Action::Stop
         }
-        62 => kill(p, a[0] as i32, a[1] as i32, false),
-        200 => kill(p, a[0] as i32, a[1] as i32, true),
-        234 => kill(p, a[0] as i32, a[2] as i32, false),
+        62 | 200 | 234 => crate::signals::calls::kill(p, nr, &a),
         72 => {
             let cmd = a[1] as i32;
             let k = match cmd {
@@ -204,33 +207,17 @@ fn dispatch(
             relay_with(p, 72, &[Arg::V, Arg::V, k, Arg::V, Arg::V, Arg::V], &a)
         }
         89 | 267 => readlink(p, nr, &a),
-        131 => {
-            if a[1] != 0 {
-                let mut old = [0u8; 24];
-                old[8..12].copy_from_slice(&2u32.to_le_bytes()); // SS_DISABLE
-                if let Err(e) = p.mm.lock().expect("mm lock").write_bytes(a[1], &old) {
-                    return mmerr(e);
-                }
-            }
-            Action::Return(0)
-        }
-        127 => {
-            if a[0] != 0 {
-                if let Err(e) = p.mm.lock().expect("mm lock").write_bytes(a[0], &[0; 8]) {
-                    return mmerr(e);
-                }
-            }
-            Action::Return(0)
-        }
+        131 => crate::signals::calls::sigaltstack(p, t, r),
+        127 => crate::signals::calls::sigpending(p, t, &a),
         157 => prctl(p, &a),
         158 => arch_prctl(p, vcpu, &a),
-        202 => futex(p, &a),
+        202 => crate::futex::futex(p, &a),
         218 => {
             t.clear_child_tid = a[0];
             Action::Return(t.tid as i64)
         }
         273 => Action::Return(0),
-        15 | 334 | 435 | 425 | 426 | 427 => {
+        334 | 435 | 425 | 426 | 427 => {
             debug!("{} → ENOSYS", relay::name(nr));
             err(libc::ENOSYS)
         }
@@ -245,6 +232,16 @@ fn dispatch(
             }
         },
     }
+}
+
+/// Relays a call whose arguments are all plain values.
+pub fn relay_plain(p: &Process, nr: u64, a: &[u64; 6]) -> Action {
+    relay_with(p, nr, &[Arg::V; 6], a)
+}
+
+/// Relays a call with an explicit argument description.
+pub fn relay_spec(p: &Process, nr: u64, spec: &[Arg; 6], a: &[u64; 6]) -> Action {
+    relay_with(p, nr, spec, a)
 }
 
 /// Translates, relays, copies back and records the VMM's writes.
@@ -268,14 +265,9 @@ fn relay_with(p: &Process, nr: u64, spec: &[Arg; 6], a: &[u64; 6]) -> Action {
     Action::Return(ret)
 }
 
-/// A write hit a closed pipe: natively the default SIGPIPE kills the program.
+/// A write hit a closed pipe: SIGPIPE for the calling thread.
 fn sigpipe(p: &Process, ret: i64) -> Action {
-    let h = p.signals.lock().expect("signals lock").actions[13][0];
-    if h == 0 {
-        p.end(Ending::Signal(13, String::new()));
-        return Action::Stop;
-    }
-    Action::Return(ret)
+    crate::signals::calls::sigpipe(p, ret)
 }
 
 fn rwv(p: &Process, nr: u64, a: &[u64; 6]) -> Action {
@@ -339,7 +331,12 @@ fn mmap(p: &Process, a: &[u64; 6]) -> Action {
             return err(libc::EEXIST);
         }
     }
+    // MAP_SHARED or MAP_SHARED_VALIDATE.
+    let shared = flags & 3 != 2;
     if flags & MAP_ANON != 0 {
+        if shared {
+            return shared_map(&mut mm, addr, len, prot, fixed, Source::Anon, VmaKind::Anon);
+        }
         return match mm.mmap_anon(addr, len, prot, fixed, VmaKind::Anon) {
             Ok(v) => Action::Return(v as i64),
             Err(e) => mmerr(e),
@@ -356,6 +353,9 @@ fn mmap(p: &Process, a: &[u64; 6]) -> Action {
     if ftype != libc::S_IFREG && ftype != libc::S_IFBLK {
         if ftype == libc::S_IFCHR && st.st_rdev == libc::makedev(1, 5) {
             // /dev/zero
+            if shared {
+                return shared_map(&mut mm, addr, len, prot, fixed, Source::Anon, VmaKind::Anon);
+            }
             return match mm.mmap_anon(addr, len, prot, fixed, VmaKind::Anon) {
                 Ok(v) => Action::Return(v as i64),
                 Err(e) => mmerr(e),
@@ -363,12 +363,19 @@ fn mmap(p: &Process, a: &[u64; 6]) -> Action {
         }
         return err(libc::ENODEV);
     }
-    if flags & MAP_SHARED != 0 && prot & PROT_W != 0 {
-        p.log_once("shared writable file mappings are private copies in vmmload (writes are not written back)".into());
-    }
     let path = std::fs::read_link(format!("/proc/self/fd/{fd}"))
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| format!("fd:{fd}"));
+    if flags & MAP_SHARED != 0 {
+        if crate::shm::writable_fd(fd) {
+            let src = Source::File(fd, off);
+            return shared_map(&mut mm, addr, len, prot, fixed, src, VmaKind::File(path));
+        }
+        if prot & PROT_W != 0 {
+            return err(libc::EACCES);
+        }
+        // Read-only: a private copy reads the same (see shm.rs).
+    }
     let start = match mm.mmap_anon(addr, len, PROT_R | PROT_W, fixed, VmaKind::File(path)) {
         Ok(v) => v,
         Err(e) => return mmerr(e),
@@ -420,6 +427,21 @@ fn mmap(p: &Process, a: &[u64; 6]) -> Action {
     Action::Return(start as i64)
 }
 
+fn shared_map(
+    mm: &mut Mm,
+    addr: u64,
+    len: u64,
+    prot: u32,
+    fixed: bool,
+    src: Source,
+    kind: VmaKind,
+) -> Action {
+    match crate::shm::map(mm, addr, len, prot, fixed, src, kind) {
+        Ok(v) => Action::Return(v as i64),
+        Err(e) => err(e),
+    }
+}
+
 fn madvise(p: &Process, a: &[u64; 6]) -> Action {
     const MADV_DONTNEED: u64 = 4;
     if !a[0].is_multiple_of(PAGE) {
@@ -466,68 +488,6 @@ fn mincore(p: &Process, a: &[u64; 6]) -> Action {
     }
 }
 
-fn sigaction(p: &Process, a: &[u64; 6]) -> Action {
-    let sig = a[0] as usize;
-    if a[3] != 8 || sig == 0 || sig > 64 || (a[1] != 0 && (sig == 9 || sig == 19)) {
-        return err(libc::EINVAL);
-    }
-    let mm = p.mm.lock().expect("mm lock");
-    let new = if a[1] != 0 {
-        match mm.read_bytes(a[1], 32) {
-            Ok(b) => Some(b),
-            Err(e) => return mmerr(e),
-        }
-    } else {
-        None
-    };
-    let mut s = p.signals.lock().expect("signals lock");
-    if a[2] != 0 {
-        let old: Vec<u8> = s.actions[sig]
-            .iter()
-            .flat_map(|w| w.to_le_bytes())
-            .collect();
-        if let Err(e) = mm.write_bytes(a[2], &old) {
-            return mmerr(e);
-        }
-    }
-    if let Some(b) = new {
-        for i in 0..4 {
-            s.actions[sig][i] =
-                u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-        }
-    }
-    Action::Return(0)
-}
-
-fn sigprocmask(p: &Process, t: &mut Thread, a: &[u64; 6]) -> Action {
-    if a[3] != 8 {
-        return err(libc::EINVAL);
-    }
-    let mm = p.mm.lock().expect("mm lock");
-    let new = if a[1] != 0 {
-        match mm.read_u64(a[1]) {
-            Ok(v) => Some(v),
-            Err(e) => return mmerr(e),
-        }
-    } else {
-        None
-    };
-    if a[2] != 0 {
-        if let Err(e) = mm.write_bytes(a[2], &t.sigmask.to_le_bytes()) {
-            return mmerr(e);
-        }
-    }
-    if let Some(v) = new {
-        match a[0] {
-            0 => t.sigmask |= v,
-            1 => t.sigmask &= !v,
-            2 => t.sigmask = v,
-            _ => return err(libc::EINVAL),
-        }
-    }
-    Action::Return(0)
-}
-
 fn ioctl(p: &Process, a: &[u64; 6]) -> Action {
     let k = match a[1] as u32 {
         0x5401 => Arg::OutF(60),                     // TCGETS
@@ -550,15 +510,49 @@ fn ioctl(p: &Process, a: &[u64; 6]) -> Action {
     relay_with(p, 16, &[Arg::V, Arg::V, k, Arg::V, Arg::V, Arg::V], a)
 }
 
+/// open/openat: the program's image for its `/proc/self/exe`.
+fn open(p: &Process, nr: u64, a: &[u64; 6]) -> Action {
+    let (path_at, flags, mode) = if nr == 2 {
+        (a[0], a[1], a[2])
+    } else {
+        (a[1], a[2], a[3])
+    };
+    let is_self =
+        p.mm.lock()
+            .expect("mm lock")
+            .read_cstr(path_at, 4096)
+            .is_ok_and(|path| crate::selfexe::names_self_exe(&path));
+    if !is_self {
+        let spec = relay::spec(nr).map_or([Arg::V; 6], |(_, s)| s);
+        return relay_with(p, nr, &spec, a);
+    }
+    let Ok(exe) = std::ffi::CString::new(p.exe.lock().expect("exe lock").clone()) else {
+        return err(libc::ENOENT);
+    };
+    // SAFETY: openat on a NUL-terminated path with the program's flags.
+    let fd = unsafe {
+        libc::openat(
+            libc::AT_FDCWD,
+            exe.as_ptr(),
+            flags as i32,
+            mode as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::ENOENT));
+    }
+    Action::Return(fd as i64)
+}
+
 fn readlink(p: &Process, nr: u64, a: &[u64; 6]) -> Action {
     let (path_at, buf_at, len_at) = if nr == 89 { (0, 1, 2) } else { (1, 2, 3) };
     let path = match p.mm.lock().expect("mm lock").read_cstr(a[path_at], 4096) {
         Ok(s) => s,
         Err(_) => return err(libc::EFAULT),
     };
-    // SAFETY: getpid has no preconditions.
-    let me = format!("/proc/{}/exe", unsafe { libc::getpid() });
-    if path == b"/proc/self/exe" || path == me.as_bytes() {
+    if crate::selfexe::names_self_exe(&path) {
         let exe = p.exe.lock().expect("exe lock").clone().into_bytes();
         let n = exe.len().min(a[len_at] as usize);
         let mm = p.mm.lock().expect("mm lock");
@@ -632,87 +626,6 @@ fn arch_prctl(p: &Process, vcpu: &mut VcpuFd, a: &[u64; 6]) -> Action {
         }
         _ => err(libc::EINVAL),
     }
-}
-
-fn futex(p: &Process, a: &[u64; 6]) -> Action {
-    let cmd = a[1] & 0x7f;
-    if !a[0].is_multiple_of(4) {
-        return err(libc::EINVAL);
-    }
-    let mm = p.mm.lock().expect("mm lock");
-    let word = |g: u64| -> Result<u64, MmError> { Ok(mm.translate(g, 4, false)?[0].ptr as u64) };
-    let mut args = *a;
-    let mut ts = [0u8; 16];
-    args[0] = match word(a[0]) {
-        Ok(h) => h,
-        Err(e) => return mmerr(e),
-    };
-    match cmd {
-        0 | 9 | 6 | 11 | 13 => {
-            if a[3] != 0 {
-                match mm.read_bytes(a[3], 16) {
-                    Ok(b) => ts.copy_from_slice(&b),
-                    Err(e) => return mmerr(e),
-                }
-                args[3] = ts.as_ptr() as u64;
-            }
-        }
-        1 | 10 | 7 | 8 => {}
-        3 | 4 | 5 | 12 => {}
-        _ => return err(libc::ENOSYS),
-    }
-    if matches!(cmd, 3 | 4 | 5 | 11 | 12) {
-        args[4] = match word(a[4]) {
-            Ok(h) => h,
-            Err(e) => return mmerr(e),
-        };
-    }
-    drop(mm);
-    Action::Return(relay::host_syscall(202, &args))
-}
-
-/// kill/tkill/tgkill. Signals aimed at the program itself are emulated: the
-/// default action of a fatal signal ends the run as that signal would.
-fn kill(p: &Process, target: i32, sig: i32, is_tid: bool) -> Action {
-    // SAFETY: getpid has no preconditions.
-    let me = unsafe { libc::getpid() };
-    let is_self = if is_tid {
-        p.threads
-            .lock()
-            .expect("threads lock")
-            .contains_key(&target)
-    } else {
-        target == me
-    };
-    if !is_self {
-        return relay_with(
-            p,
-            62,
-            &[Arg::V; 6],
-            &[target as u64, sig as u64, 0, 0, 0, 0],
-        );
-    }
-    if !(0..=64).contains(&sig) {
-        return err(libc::EINVAL);
-    }
-    if sig == 0 {
-        return Action::Return(0);
-    }
-    let h = p.signals.lock().expect("signals lock").actions[sig as usize][0];
-    if h == 1 || matches!(sig, 17 | 18 | 23 | 28) && h == 0 {
-        return Action::Return(0);
-    }
-    if h > 1 {
-        p.log_once(format!(
-            "signal handlers are not run by vmmload: signal {sig} sent to itself is ignored"
-        ));
-        return Action::Return(0);
-    }
-    if matches!(sig, 19..=22) {
-        return Action::Return(0);
-    }
-    p.end(Ending::Signal(sig, String::new()));
-    Action::Stop
 }
 
 fn clone(p: &Arc<Process>, vcpu: &mut VcpuFd, t: &Thread, r: &kvm_regs) -> Action {
@@ -837,9 +750,10 @@ fn stub_store_fault(p: &Process, vcpu: &mut VcpuFd, regs: &kvm_regs, sp: u64, of
     vcpu.set_sregs(&s).is_ok() && vcpu.set_regs(&r).is_ok()
 }
 
-/// An exception reached the guest IDT: end the run as Linux would.
-/// Returns true if the vCPU may continue (a fault vmmload repaired).
-pub fn exception(p: &Process, vcpu: &mut VcpuFd, v: u8) -> bool {
+/// An exception reached the guest IDT: run the program's handler for the
+/// signal Linux would send, or end the run as its default action would.
+/// Returns true if the vCPU may continue.
+pub fn exception(p: &Process, vcpu: &mut VcpuFd, t: &mut Thread, v: u8) -> bool {
     let regs = match vcpu.get_regs() {
         Ok(r) => r,
         Err(e) => {
@@ -861,6 +775,8 @@ pub fn exception(p: &Process, vcpu: &mut VcpuFd, v: u8) -> bool {
     };
     let rip = peek_u64(&mm, sp).unwrap_or(0);
     let cs = peek_u64(&mm, sp + 8).unwrap_or(0);
+    let user_flags = peek_u64(&mm, sp + 16).unwrap_or(0x202);
+    let user_rsp = peek_u64(&mm, sp + 24).unwrap_or(0);
     drop(mm);
     let off = rip.wrapping_sub(crate::machine::STUB_VA);
     if v == 14
@@ -909,18 +825,61 @@ pub fn exception(p: &Process, vcpu: &mut VcpuFd, v: u8) -> bool {
         12 => (7, "stack fault".to_string()),
         _ => (11, format!("exception vector {v}")),
     };
-    let h = p.signals.lock().expect("signals lock").actions[sig as usize][0];
-    if h > 1 {
-        p.log_once(format!(
-            "the program's {} handler cannot be run by vmmload; terminating",
-            signame(sig)
+    let stub = crate::machine::STUB_VA..crate::machine::STUB_VA + PAGE;
+    if cs & 3 == 0 || stub.contains(&rip) {
+        // A fault in vmmload's own stub is not the program's to handle.
+        p.end(Ending::Signal(
+            sig,
+            format!("{what} in vmmload's stub at rip {rip:#x}"),
         ));
+        return false;
     }
-    let ring = if cs & 3 == 0 {
-        " in vmmload's stub"
-    } else {
-        ""
+    let err_code = code.unwrap_or(0);
+    let info = crate::signals::SigInfo::fault(
+        sig,
+        fault_code(v, err_code),
+        match v {
+            14 => cr2,
+            13 | 3 | 1 | 4 | 5 | 12 => 0,
+            _ => rip,
+        },
+    );
+    let mut user = regs;
+    user.rip = rip;
+    user.rflags = user_flags;
+    user.rsp = user_rsp;
+    let ctx = crate::signals::FaultCtx {
+        trapno: v as u64,
+        err: err_code,
+        cr2: if v == 14 { cr2 } else { 0 },
     };
-    p.end(Ending::Signal(sig, format!("{what}{ring} at rip {rip:#x}")));
-    false
+    crate::signals::fault(
+        p,
+        vcpu,
+        t,
+        info,
+        user,
+        ctx,
+        format!("{what} at rip {rip:#x}"),
+    )
+}
+
+/// si_code Linux gives the signal of exception `v` (error code `err`).
+fn fault_code(v: u8, err: u64) -> i32 {
+    match v {
+        // SEGV_ACCERR for a protection violation, SEGV_MAPERR otherwise.
+        14 => {
+            if err & 1 != 0 {
+                2
+            } else {
+                1
+            }
+        }
+        0 => 1,       // FPE_INTDIV
+        6 => 2,       // ILL_ILLOPN
+        17 => 1,      // BUS_ADRALN
+        1 => 2,       // TRAP_TRACE
+        16 | 19 => 0, // computed from the FPU status by Linux; not here
+        _ => 0x80,    // SI_KERNEL (#GP, int3, …)
+    }
 }

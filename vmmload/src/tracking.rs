@@ -23,8 +23,9 @@ use kvm_bindings::{
 use kvm_ioctls::{Kvm, VcpuFd, VmFd};
 use log::{info, warn};
 
-use crate::mm::{PTE_A, PTE_P};
+use crate::mm::{PTE_A, PTE_ADDR, PTE_P};
 use crate::process::{Backend, ProcOptions, Process};
+use crate::profile::HarvestCause;
 use crate::ram::{OWN_FREED_TAG, OWN_USER_TAG, PAGE, PHYS_BASE};
 use crate::stats::{Sample, Stats};
 
@@ -112,6 +113,36 @@ const KVM_RESET_DIRTY_RINGS: libc::c_ulong = 0xaec7;
 const DIRTY: u32 = 1;
 const RESET: u32 = 2;
 
+/// More separate frame runs than this are re-armed by one zap of all of
+/// guest RAM (two mprotect calls) rather than two calls per run.
+const MAX_ZAP_RUNS: usize = 256;
+
+/// Makes KVM drop its mappings of the frames whose accessed bit was just
+/// cleared, so their next access walks the guest tables and sets it again.
+/// Only those frames can have a mapping: every mapping KVM created since
+/// the previous re-arm came from a guest walk that set the bit (and the
+/// shadow MMU prefetches only entries whose bit is already set). Zapping
+/// just them spares the hypervisor the invalidation of all guest RAM,
+/// which costs a program touching few pages far more than its refaults.
+fn zap_accessed(p: &Process, mut frames: Vec<u64>, mapped_limit: u64) {
+    frames.sort_unstable();
+    frames.dedup();
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for f in frames {
+        match runs.last_mut() {
+            Some((start, len)) if *start + *len == f => *len += PAGE,
+            _ => runs.push((f, PAGE)),
+        }
+    }
+    if runs.len() > MAX_ZAP_RUNS {
+        p.ram.zap_kvm_mappings(mapped_limit);
+        return;
+    }
+    for (gpa, len) in runs {
+        p.ram.zap_kvm_range(gpa, len);
+    }
+}
+
 /// The tracker.
 pub struct Tracker {
     /// Write tracking mode.
@@ -150,7 +181,7 @@ impl Tracker {
                 let max_entries = (max as u64 / 16) as u32;
                 let mut n = opts.ring_entries.max(256).next_power_of_two();
                 if n > max_entries {
-                    warn!(
+                    info!(
                         "--ring-entries {} exceeds the host maximum {max_entries}",
                         opts.ring_entries
                     );
@@ -276,10 +307,12 @@ impl Tracker {
         }
     }
 
-    fn harvest_rings(&self, vm: &VmFd) {
+    /// Collects every ring's dirty entries and resets them; returns how many.
+    fn harvest_rings(&self, vm: &VmFd, ram: &crate::ram::GuestRam) -> u64 {
         let mut rings = self.rings.lock().expect("rings lock");
         let mut out = self.harvested.lock().expect("harvest lock");
         let mut any = false;
+        let mut n = 0u64;
         for r in rings.iter_mut() {
             loop {
                 let idx = (r.fetch % r.entries) as usize;
@@ -288,24 +321,30 @@ impl Tracker {
                 if e.flags.load(Ordering::Acquire) & DIRTY == 0 {
                     break;
                 }
-                if e.slot == 0 {
-                    out.push(e.offset);
+                if let Some(off) = ram.slots.frame_offset(e.slot, e.offset) {
+                    out.push(off);
                 }
                 e.flags.store(RESET, Ordering::Release);
                 r.fetch = r.fetch.wrapping_add(1);
                 any = true;
+                n += 1;
             }
         }
         if any {
             // SAFETY: VM ioctl without arguments.
             unsafe { libc::ioctl(vm.as_raw_fd(), KVM_RESET_DIRTY_RINGS) };
         }
+        n
     }
 
     /// Handles KVM_EXIT_DIRTY_RING_FULL.
     pub fn ring_full(&self, p: &Process) {
         self.ring_full_events.fetch_add(1, Ordering::Relaxed);
-        self.harvest_rings(&p.vm);
+        let t0 = Instant::now();
+        let n = self.harvest_rings(&p.vm, &p.ram);
+        p.counters
+            .profile
+            .harvest(HarvestCause::RingFull, n, t0.elapsed().as_nanos() as u64);
     }
 
     /// Takes one interval sample. Runs concurrently with the vCPUs: ring
@@ -326,15 +365,26 @@ impl Tracker {
             None
         };
         match self.writes {
-            WriteMode::Ring(_) => self.harvest_rings(&p.vm),
+            WriteMode::Ring(_) => {
+                let t0 = Instant::now();
+                let n = self.harvest_rings(&p.vm, &p.ram);
+                p.counters.profile.harvest(
+                    HarvestCause::Interval,
+                    n,
+                    t0.elapsed().as_nanos() as u64,
+                );
+            }
             WriteMode::Bitmap => {
-                if let Ok(bits) = p.vm.get_dirty_log(0, p.ram.size() as usize) {
+                for (slot, start, len) in p.ram.slots.registered() {
+                    let Ok(bits) = p.vm.get_dirty_log(slot, len as usize) else {
+                        continue;
+                    };
                     let mut out = self.harvested.lock().expect("harvest lock");
                     for (i, w) in bits.iter().enumerate() {
                         let mut w = *w;
                         while w != 0 {
                             let b = w.trailing_zeros() as u64;
-                            out.push(i as u64 * 64 + b);
+                            out.push(start / PAGE + i as u64 * 64 + b);
                             w &= w - 1;
                         }
                     }
@@ -354,6 +404,8 @@ impl Tracker {
         }
         written.extend(vmm);
         let mut accessed = Vec::new();
+        let mut accessed_frames = Vec::new();
+        let rearm_start = Instant::now();
         if reads != ReadStrategy::Off {
             for (&hi, &table) in &mm.leaf_tables {
                 for i in 0..512u64 {
@@ -362,6 +414,7 @@ impl Tracker {
                     if v & (PTE_P | PTE_A) == PTE_P | PTE_A {
                         w.fetch_and(!PTE_A, Ordering::Relaxed);
                         accessed.push((hi << 21) | (i << 12));
+                        accessed_frames.push(v & PTE_ADDR);
                     }
                 }
             }
@@ -382,12 +435,17 @@ impl Tracker {
             }
         }
         if reads == ReadStrategy::HostRemap {
-            p.ram.zap_kvm_mappings(mapped_limit);
+            zap_accessed(p, accessed_frames, mapped_limit);
         }
         drop(paused);
         if reads == ReadStrategy::FlushTlb {
             p.flush_epoch.fetch_add(1, Ordering::SeqCst);
             p.kick_all();
+        }
+        if reads != ReadStrategy::Off {
+            p.counters
+                .profile
+                .rearm(rearm_start.elapsed().as_nanos() as u64);
         }
         let rf = self.ring_full_events.load(Ordering::Relaxed);
         let prev = self.last_ring_full.swap(rf, Ordering::Relaxed);

@@ -47,6 +47,13 @@ same md5sum "$BB" md5sum "$TB_VMM"
 same exit-status "$BB" sh -c 'exit 3'
 same static-c "$TB_BIN/vl-hello" one two
 same threads "$TB_BIN/vl-threads"
+# Signals run the program's handlers (tests/vmmload/signals.c). On standard
+# KVM a handler is entered through the stub's sysretq after a system call,
+# or with KVM_SET_SREGS after an exception or a kick that interrupted the
+# program; rt_sigreturn restores every register the same way.
+for m in alarm-spin alarm-read-restart sigpipe sigchld faults altstack nested sigsuspend ppoll fpstate resethand badsigreturn; do
+    same "signals-$m" "$TB_BIN/vl-signals" "$m"
+done
 # Dynamically linked programs (PT_INTERP loader), packed from the build host.
 dd if=/dev/urandom of=/tmp/vl-50m bs=1M count=50 2>/dev/null
 tb_check dynamic-programs-packed sh -c '[ -f /usr/bin/ls ] && [ ! -L /usr/bin/ls ] && [ -f /usr/bin/md5sum ] && [ ! -L /usr/bin/md5sum ]'
