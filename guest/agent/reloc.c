@@ -27,6 +27,12 @@ size_t reloc_batch(size_t want, size_t demoted_ok, size_t *headroom_left)
 	return n;
 }
 
+int reloc_pair_worthwhile(double promo_density, double demo_density,
+			  unsigned long alpha_pct)
+{
+	return promo_density * 100.0 > (double)alpha_pct * demo_density;
+}
+
 size_t reloc_worthwhile(const double *pd, size_t np, const double *dd,
 			size_t nd, size_t headroom, unsigned long alpha_pct)
 {
@@ -37,7 +43,7 @@ size_t reloc_worthwhile(const double *pd, size_t np, const double *dd,
 			continue;
 		if (i - headroom >= nd)
 			break;
-		if (pd[i] * 100.0 <= (double)alpha_pct * dd[i - headroom])
+		if (!reloc_pair_worthwhile(pd[i], dd[i - headroom], alpha_pct))
 			break;
 	}
 	return i;

@@ -46,6 +46,15 @@ size_t reloc_worthwhile(const double *pd, size_t np, const double *dd,
 			size_t nd, size_t headroom, unsigned long alpha_pct);
 
 /*
+ * reloc_pair_worthwhile() - the rule for one swap, used by
+ * reloc_worthwhile() and by the agent's walk: a promotion whose range
+ * has density @promo_density may displace a page of density
+ * @demo_density only if it is alpha times denser.
+ */
+int reloc_pair_worthwhile(double promo_density, double demo_density,
+			  unsigned long alpha_pct);
+
+/*
  * CPU budget for the manager (agent + kernel worker): a token bucket in
  * nanoseconds of CPU.  It earns @pct % of the wall time that passes and
  * pays for all CPU the manager used; the pages a round may move follow

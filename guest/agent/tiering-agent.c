@@ -38,6 +38,14 @@
 #include <unistd.h>
 #include "reloc.h"
 
+/* x86-64 numbers, for C libraries older than the syscalls */
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal	424
+#endif
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open		434
+#endif
+
 #define SYSFS		"/sys/kernel/tiering"
 #define GUEST_REPORT	"/sys/kernel/demeter_balloon/guest_report"
 #define PAGE		4096UL
@@ -49,6 +57,8 @@
 struct iv {
 	unsigned long start, end;
 	double density;		/* accesses per page (decayed count) */
+	int res_known;		/* the module measured the residency */
+	unsigned long long resident, fast;	/* base pages, on FMem */
 };
 
 struct pagelist {
@@ -206,35 +216,89 @@ static int cmd_del(long pid)
 	return 1;
 }
 
-/* "epoch N\n" then "start end" hex lines. */
+/* The whole of a sysfs file that may exceed a page; malloc'd, or NULL. */
+static char *read_all(const char *path, size_t *len)
+{
+	size_t cap = 16384, n = 0;
+	char *buf = malloc(cap), *nb;
+	int fd = open(path, O_RDONLY);
+	ssize_t r;
+
+	if (fd < 0 || !buf)
+		goto fail;
+	for (;;) {
+		if (cap - n < 4096) {
+			nb = realloc(buf, cap * 2);
+			if (!nb)
+				goto fail;
+			buf = nb;
+			cap *= 2;
+		}
+		r = read(fd, buf + n, cap - n - 1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			goto fail;
+		if (!r)
+			break;
+		n += (size_t)r;
+	}
+	close(fd);
+	buf[n] = 0;
+	*len = n;
+	return buf;
+fail:
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	return NULL;
+}
+
+/*
+ * A list file: "epoch N", lines "start end count [resident fast]" (hex,
+ * hex, decimal), "end N".  The module formats it whole on each read but
+ * a reader needs several reads: if an epoch ended in between, N differs
+ * and the file is read again.
+ */
 static int read_list(int i, const char *name, struct iv *iv, int max,
 		     long long *epoch)
 {
-	char path[128], *buf, *p;
-	int n = 0;
+	char path[128], *buf, *p, *end;
+	int n = 0, tries;
+	size_t len;
 
-	buf = malloc(8192);
-	if (!buf)
-		return -ENOMEM;
 	snprintf(path, sizeof(path), SYSFS "/targets/%d/%s", i, name);
-	if (read_file(path, buf, 8192) < 0) {
+	for (tries = 0; tries < 3; tries++) {
+		buf = read_all(path, &len);
+		if (!buf)
+			return -1;
+		end = strstr(buf, "\nend ");
+		if (!strncmp(buf, "epoch ", 6) && end &&
+		    strtoll(buf + 6, NULL, 10) == strtoll(end + 5, NULL, 10))
+			break;
 		free(buf);
-		return -1;
+		buf = NULL;
 	}
-	*epoch = -1;
-	if (!strncmp(buf, "epoch ", 6))
-		*epoch = strtoll(buf + 6, NULL, 10);
+	if (!buf)
+		return -1;
+	*end = 0;
+	*epoch = strtoll(buf + 6, NULL, 10);
 	p = strchr(buf, '\n');
 	while (p && *++p && n < max) {
-		char *e;
+		char *nl = strchr(p, '\n'), *e, *f;
 
+		if (nl)
+			*nl = 0;	/* parse within this line only */
 		iv[n].start = strtoul(p, &e, 16);
 		iv[n].end = strtoul(e, &e, 16);
 		iv[n].density = (double)strtoull(e, &e, 10) * PAGE /
 				(double)(iv[n].end - iv[n].start + 1);
+		iv[n].resident = strtoull(e, &f, 10);
+		iv[n].res_known = f != e;
+		iv[n].fast = iv[n].res_known ? strtoull(f, &e, 10) : 0;
 		if (iv[n].end > iv[n].start)
 			n++;
-		p = strchr(e, '\n');
+		p = nl;
 	}
 	free(buf);
 	return n;
@@ -288,6 +352,12 @@ static int pl_push(struct pagelist *l, void *p, double dens)
 	return 0;
 }
 
+/* The target is still the process @pidfd was opened on (not exited). */
+static int pidfd_alive(int pidfd)
+{
+	return syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0;
+}
+
 /*
  * A resumable walk over the pages of a list of intervals (in list order)
  * intersected with the target's writable private mappings, returning the
@@ -297,6 +367,7 @@ static int pl_push(struct pagelist *l, void *p, double dens)
  */
 struct walker {
 	long pid;
+	int pidfd;		/* keeps @pid meaningful (pidfd_alive()) */
 	const struct iv *iv;
 	int niv, i;
 	const struct iv *vma;
@@ -304,6 +375,7 @@ struct walker {
 	unsigned long pos;	/* next address inside iv[i] & vma[j] */
 	int started;
 	int want_node;
+	int want_fast;		/* want_node is FMem (iv_may_hold) */
 	size_t *budget;
 	size_t found_in_iv;	/* want_node pages seen in iv[i] so far */
 	struct skipcache *skip;
@@ -338,6 +410,19 @@ static void skip_put(struct skipcache *c, const struct iv *v)
 	c->e[h].round = c->round;
 }
 
+/*
+ * Whether an interval may hold pages on the wanted tier: the module's
+ * last walk counted them per range (resident, of which fast on FMem), so
+ * the status queries skip ranges with nothing to move.  The counts are
+ * at most one scan interval old; unknown counts (PEBS source) mean yes.
+ */
+static int iv_may_hold(const struct iv *v, int want_fast)
+{
+	if (!v->res_known)
+		return 1;
+	return want_fast ? v->fast > 0 : v->resident > v->fast;
+}
+
 /* Next page on want_node; returns 0 when exhausted. */
 static int walk_next(struct walker *w, void **page, double *dens)
 {
@@ -360,7 +445,8 @@ static int walk_next(struct walker *w, void **page, double *dens)
 			w->j = 0;
 			w->pos = 0;
 			w->found_in_iv = 0;
-			if (w->skip && skip_has(w->skip, &w->iv[w->i])) {
+			if ((w->skip && skip_has(w->skip, &w->iv[w->i])) ||
+			    !iv_may_hold(&w->iv[w->i], w->want_fast)) {
 				w->i++;
 				w->started = 0;
 				continue;
@@ -386,7 +472,8 @@ static int walk_next(struct walker *w, void **page, double *dens)
 			(*w->budget)--;
 		}
 		if (w->nq) {
-			if (syscall(SYS_move_pages, w->pid, w->nq, w->q, NULL,
+			if (!pidfd_alive(w->pidfd) ||
+			    syscall(SYS_move_pages, w->pid, w->nq, w->q, NULL,
 				    w->st, 0)) {
 				w->nq = 0;
 				return 0;
@@ -433,30 +520,44 @@ static long node_free_pages(int node)
 	return total;
 }
 
-/* Move pages; returns how many ended on @node. */
-static size_t move_to(long pid, void **pages, size_t n, int node,
+/*
+ * Move pages, one move_pages(2) call for the whole batch: each call
+ * disables the LRU caches, which drains them on every CPU, so fewer,
+ * larger calls cost the guest less.  The PID number is only used while
+ * @pidfd shows the process alive: a live process keeps its number, so
+ * the pages moved are the target's, never those of a process that got
+ * the number after the target exited.  Returns how many ended on @node.
+ */
+static size_t move_to(long pid, int pidfd, void **pages, size_t n, int node,
 		      size_t *failed)
 {
-	int nodes[QCHUNK], st[QCHUNK];
-	size_t done = 0, i, k;
+	int *nodes, *st;
+	size_t done = 0, k;
 
-	for (i = 0; i < n; i += QCHUNK) {
-		size_t m = n - i < QCHUNK ? n - i : QCHUNK;
-
-		for (k = 0; k < m; k++)
-			nodes[k] = node;
-		if (syscall(SYS_move_pages, pid, m, pages + i, nodes, st,
-			    2 /* MPOL_MF_MOVE */) < 0) {
-			*failed += m;
-			continue;
-		}
-		for (k = 0; k < m; k++) {
-			if (st[k] == node)
-				done++;
-			else
-				(*failed)++;
-		}
+	if (!n)
+		return 0;
+	nodes = malloc(n * sizeof(*nodes));
+	st = malloc(n * sizeof(*st));
+	if (!nodes || !st || !pidfd_alive(pidfd)) {
+		*failed += n;
+		goto out;
 	}
+	for (k = 0; k < n; k++)
+		nodes[k] = node;
+	if (syscall(SYS_move_pages, pid, n, pages, nodes, st,
+		    2 /* MPOL_MF_MOVE */) < 0) {
+		*failed += n;
+		goto out;
+	}
+	for (k = 0; k < n; k++) {
+		if (st[k] == node)
+			done++;
+		else
+			(*failed)++;
+	}
+out:
+	free(nodes);
+	free(st);
 	return done;
 }
 
@@ -494,40 +595,54 @@ static void round_one(int ti, int fmem, int smem, struct target_state *ts,
 	size_t promoted = 0, demoted = 0;
 	long long ep, ep2;
 	long pid = target_pid(ti), freep, reserve;
-	int npi, ndi, nv;
+	int npi, ndi, nv, pidfd;
 	char path[128], val[96];
 	unsigned long alpha_pct = opt_alpha_pct ? opt_alpha_pct :
 		(unsigned long)read_long("/sys/module/tiering/parameters/significance_pct", 200);
-	struct walker *pw, *dw;
+	struct walker *pw = NULL, *dw = NULL;
 	unsigned long long c0;
 	void *pg;
 	double d;
 
 	if (pid <= 0)
 		return;
+	/*
+	 * Pin the process by a pidfd, then make sure the slot still names
+	 * it: from here on move_to() uses the PID number only while the
+	 * pidfd shows the process alive.
+	 */
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (pidfd < 0)
+		return;
+	if (target_pid(ti) != pid || !target_running(ti)) {
+		close(pidfd);
+		return;
+	}
 	npi = read_list(ti, "promote", promo_iv, MAX_IV, &ep);
 	ndi = read_list(ti, "demote", demo_iv, MAX_IV, &ep2);
 	if (npi <= 0 || ndi < 0 || ep == ts->last_epoch)
-		return;
+		goto out;
 	/* after a round that moved nothing, wait longer (up to 8 epochs) */
 	if (ts->last_epoch >= 0 && ep < ts->last_epoch + (long long)ts->backoff)
-		return;
+		goto out;
 	ts->last_epoch = ep;
 	nv = read_vmas(pid, vma, MAX_VMAS);
 	if (nv <= 0)
-		return;
+		goto out;
 	pw = calloc(1, sizeof(*pw));
 	dw = calloc(1, sizeof(*dw));
 	if (!pw || !dw)
 		goto out;
 	ts->promo_skip.round++;
 	ts->demo_skip.round++;
-	*pw = (struct walker) { .pid = pid, .iv = promo_iv, .niv = npi,
-		.vma = vma, .nvma = nv, .want_node = smem, .budget = &budget,
-		.skip = &ts->promo_skip };
-	*dw = (struct walker) { .pid = pid, .iv = demo_iv, .niv = ndi,
-		.vma = vma, .nvma = nv, .want_node = fmem, .budget = &budget,
-		.skip = &ts->demo_skip };
+	*pw = (struct walker) { .pid = pid, .pidfd = pidfd, .iv = promo_iv,
+		.niv = npi,
+		.vma = vma, .nvma = nv, .want_node = smem, .want_fast = 0,
+		.budget = &budget, .skip = &ts->promo_skip };
+	*dw = (struct walker) { .pid = pid, .pidfd = pidfd, .iv = demo_iv,
+		.niv = ndi,
+		.vma = vma, .nvma = nv, .want_node = fmem, .want_fast = 1,
+		.budget = &budget, .skip = &ts->demo_skip };
 
 	freep = node_free_pages(fmem);
 	reserve = (long)(opt_reserve_mb << 20) / (long)PAGE;
@@ -542,7 +657,7 @@ static void round_one(int ti, int fmem, int smem, struct target_state *ts,
 				pl_push(&dem, dp, dd);
 			if (dem.n <= j)
 				break;
-			if (d * 100.0 <= (double)alpha_pct * dem.dens[j])
+			if (!reloc_pair_worthwhile(d, dem.dens[j], alpha_pct))
 				break;
 		}
 		pl_push(&pro, pg, d);
@@ -557,13 +672,14 @@ static void round_one(int ti, int fmem, int smem, struct target_state *ts,
 
 		if (demoted < nd) {
 			dn = nd - demoted < want ? nd - demoted : want;
-			got = move_to(pid, dem.v + demoted, dn, smem, &failed);
+			got = move_to(pid, pidfd, dem.v + demoted, dn, smem,
+				      &failed);
 			demoted += dn;
 		}
 		p = reloc_batch(want, got, &hl);
 		if (!p)
 			break;
-		promoted += move_to(pid, pro.v + i, p, fmem, &failed);
+		promoted += move_to(pid, pidfd, pro.v + i, p, fmem, &failed);
 		i += p;
 		if (stop)
 			break;
@@ -587,6 +703,7 @@ static void round_one(int ti, int fmem, int smem, struct target_state *ts,
 			ti, pid, ep, pro.n, dem.n, hl0, promoted, demoted,
 			failed, opt_scan_cap - budget);
 out:
+	close(pidfd);
 	free(pw);
 	free(dw);
 	free(pro.v);

@@ -86,6 +86,8 @@ ours.update({
     "cpu_pct_budget": agent.get("cpu_pct_budget"),
     "throttled_polls": agent.get("throttled_polls"),
     "page_move_cpu_ns": agent.get("page_move_ns"),
+    "fmem_capacity_pages": {"start": f.get("fmem_capacity_pages_start"),
+                            "mid_run": f.get("fmem_capacity_pages_mid")},
 })
 mid = f.get("agent_stats_mid") or {}
 mt = (mid.get("targets") or [{}])[0]
@@ -98,6 +100,8 @@ t90 = ours["t90_ms"]
 cpu = ours["manager_cpu_pct_of_one_vcpu"]
 res = {
     "bench": "tiering",
+    # first figure: the workload's own rate without / with the manager
+    "gups_mups": {"no_tiering": phase("none")["mups"], "ours": ours["mups"]},
     "mode": mode,
     "scenario_result": l2.get("result"),
     "sampling_source": f.get("ours_source"),

@@ -26,6 +26,8 @@
 #include <uapi/linux/virtio_pci.h>
 
 #include "demeter_balloon.h"
+#include "dmb_compat.h"
+#include "dmb_export.h"
 
 static unsigned int oom_pages = 256;
 module_param(oom_pages, uint, 0600);
@@ -39,6 +41,38 @@ MODULE_PARM_DESC(selftest, "Run the built-in self-check at load (results in dmes
 
 /* One device at a time: the sysfs directory is global. */
 static atomic_t dmb_bound = ATOMIC_INIT(0);
+
+/* Kernel pages held per node still in the managed count (dmb_export.h). */
+static atomic_long_t dmb_held_managed[MAX_NUMNODES];
+
+static void dmb_account(struct dmb_tier *t, long kernel_pages)
+{
+	if (t->nid < 0 || t->nid >= MAX_NUMNODES)
+		return;
+	if (t->dmb->deflate_on_oom)
+		atomic_long_add(kernel_pages, &dmb_held_managed[t->nid]);
+}
+
+/**
+ * dmb_node_ballooned_managed_pages() - balloon pages of @nid that are
+ * still counted in the zones' managed pages, in kernel pages.
+ * @nid:	node id.
+ *
+ * With deflate_on_oom the driver leaves the managed count alone (as
+ * virtio_balloon does) so that OOM can give the pages back; without it
+ * the managed count already excludes them and this returns 0.  Either
+ * way, the node's managed pages minus this is what the guest can use.
+ */
+unsigned long dmb_node_ballooned_managed_pages(int nid)
+{
+	long n;
+
+	if (nid < 0 || nid >= MAX_NUMNODES)
+		return 0;
+	n = atomic_long_read(&dmb_held_managed[nid]);
+	return n > 0 ? n : 0;
+}
+EXPORT_SYMBOL_GPL(dmb_node_ballooned_managed_pages);
 
 static const char * const dmb_tier_names[DMB_NR_TIERS] = {
 	[DMB_FMEM] = "fmem",
@@ -203,6 +237,7 @@ static unsigned int dmb_inflate(struct dmb_tier *t, unsigned int num)
 			adjust_managed_page_count(page, -1);
 	}
 	WRITE_ONCE(t->num_pages, t->num_pages + t->num_pfns);
+	dmb_account(t, t->num_pfns / DMB_PAGES_PER_PAGE);
 	done = t->num_pfns;
 	if (done)
 		t->dmb->ops->tell(t, true);
@@ -240,6 +275,7 @@ static unsigned int dmb_deflate(struct dmb_tier *t, unsigned int num)
 		t->num_pfns += DMB_PAGES_PER_PAGE;
 	}
 	WRITE_ONCE(t->num_pages, t->num_pages - t->num_pfns);
+	dmb_account(t, -(long)(t->num_pfns / DMB_PAGES_PER_PAGE));
 	done = t->num_pfns;
 	if (done)
 		t->dmb->ops->tell(t, false);
@@ -603,24 +639,24 @@ void dmb_tier_init(struct dmb_dev *dmb, enum dmb_tier_id id, int nid)
 /* Queue order: inflate, deflate, [stats], [hetero-inflate, hetero-deflate]. */
 static int dmb_init_vqs(struct dmb_dev *dmb)
 {
-	struct virtqueue_info info[5] = {};
+	struct dmb_vq_info info[5] = {};
 	struct virtqueue *vqs[5];
 	unsigned int n = 0, stats = 0, hetero = 0;
 	int err;
 
-	info[n++] = (struct virtqueue_info){ "inflate", dmb_ack };
-	info[n++] = (struct virtqueue_info){ "deflate", dmb_ack };
+	info[n++] = (struct dmb_vq_info){ "inflate", dmb_ack };
+	info[n++] = (struct dmb_vq_info){ "deflate", dmb_ack };
 	if (virtio_has_feature(dmb->vdev, VIRTIO_BALLOON_F_STATS_VQ)) {
 		stats = n;
-		info[n++] = (struct virtqueue_info){ "stats", dmb_stats_request };
+		info[n++] = (struct dmb_vq_info){ "stats", dmb_stats_request };
 	}
 	if (dmb->hetero) {
 		hetero = n;
-		info[n++] = (struct virtqueue_info){ "hetero-inflate", dmb_ack };
-		info[n++] = (struct virtqueue_info){ "hetero-deflate", dmb_ack };
+		info[n++] = (struct dmb_vq_info){ "hetero-inflate", dmb_ack };
+		info[n++] = (struct dmb_vq_info){ "hetero-deflate", dmb_ack };
 	}
 
-	err = virtio_find_vqs(dmb->vdev, n, vqs, info, NULL);
+	err = dmb_find_vqs(dmb->vdev, n, vqs, info);
 	if (err)
 		return err;
 

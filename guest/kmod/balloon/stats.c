@@ -18,6 +18,7 @@
 #include <linux/string.h>
 
 #include "demeter_balloon.h"
+#include "dmb_compat.h"
 
 #define pages_to_bytes(x) ((u64)(x) << PAGE_SHIFT)
 

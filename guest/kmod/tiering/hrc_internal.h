@@ -10,6 +10,8 @@
 
 /* Set in struct hrc_range::flags during hrc_epoch() only. */
 #define HRC_F_SPLIT		0x1
+/* Set during hrc_select() only: the range is in the hot set. */
+#define HRC_F_HOT		0x2
 
 static inline u64 hrc_size(const struct hrc_range *r)
 {

@@ -81,40 +81,47 @@ static inline struct hrc_interval hrc_iv(const struct hrc_range *r)
  * @fmem_pages:	FMEM capacity available to the target, in pages.
  * @sel:	caller arrays in, results out (see struct hrc_selection).
  *
- * The hot set is the longest prefix [0, f) of the ranking whose ranges
- * all have accesses and whose total size fits @fmem_pages (the paper's
- * "largest index f"); it is returned hottest first in @sel->promo.  The
- * remaining ranges [f, n) are returned coldest first in @sel->demo; the
- * caller walks them until it has as many FMEM pages as it promotes.
+ * The hot set is filled in ranking order with every range that has
+ * accesses and whose footprint (hrc_footprint_pages(): resident base
+ * pages once measured, else its size) still fits @fmem_pages; a range
+ * that does not fit is passed over and smaller, colder ones keep filling
+ * the capacity (the paper's f counts what can be placed, and one big
+ * range must not leave FMEM half empty).  The hot ranges are returned
+ * hottest first in @sel->promo, all others coldest first in @sel->demo;
+ * the caller walks them until it has as many FMEM pages as it promotes.
  */
 void hrc_select(struct hrc *c, u64 fmem_pages, struct hrc_selection *sel)
 {
-	u64 cap, used = 0;
-	u32 f, i;
-
-	if (fmem_pages > (U64_MAX >> HRC_PAGE_SHIFT))
-		cap = U64_MAX;
-	else
-		cap = fmem_pages << HRC_PAGE_SHIFT;
+	u64 used = 0;
+	u32 f, i, nr_hot = 0;
 
 	hrc_rank(c);
 	sel->nr_promo = 0;
 	sel->nr_demo = 0;
 	for (f = 0; f < c->nr; f++) {
-		const struct hrc_range *r = &c->ranges[c->order[f]];
+		struct hrc_range *r = &c->ranges[c->order[f]];
+		u64 need = hrc_footprint_pages(c, r);
 
-		if (!r->nr_access || hrc_size(r) > cap - used)
-			break;
-		used += hrc_size(r);
+		if (!r->nr_access)
+			break;		/* the rest is colder still */
+		if (need > fmem_pages - used)
+			continue;	/* too big: smaller ones may fit */
+		used += need;
+		r->flags |= HRC_F_HOT;
+		nr_hot++;
 		if (sel->nr_promo < sel->promo_max)
 			sel->promo[sel->nr_promo++] = hrc_iv(r);
 	}
-	sel->nr_hot = f;
-	sel->hot_bytes = used;
-	for (i = c->nr; i > f && sel->nr_demo < sel->demo_max; i--) {
-		const struct hrc_range *r = &c->ranges[c->order[i - 1]];
+	sel->nr_hot = nr_hot;
+	sel->hot_bytes = used > (U64_MAX >> HRC_PAGE_SHIFT) ? U64_MAX :
+			 used << HRC_PAGE_SHIFT;
+	for (i = c->nr; i > 0; i--) {
+		struct hrc_range *r = &c->ranges[c->order[i - 1]];
 
-		sel->demo[sel->nr_demo++] = hrc_iv(r);
+		if (r->flags & HRC_F_HOT)
+			r->flags &= ~HRC_F_HOT;
+		else if (sel->nr_demo < sel->demo_max)
+			sel->demo[sel->nr_demo++] = hrc_iv(r);
 	}
 }
 
@@ -126,20 +133,21 @@ void hrc_select(struct hrc *c, u64 fmem_pages, struct hrc_selection *sel)
  * @fmem_pages:	FMEM capacity for all of them, in pages.
  *
  * The capacity goes to the hottest ranges of all contexts together: a
- * k-way merge of their rankings by access density, stopping at the first
- * range that has no accesses or does not fit (the rule hrc_select() uses
- * within one context).  Context @which gets the size of its own ranges in
- * that prefix, so hrc_select() with the returned share selects exactly
- * those.  With one context the share is the whole capacity.  Densities
- * are only comparable between contexts fed by the same sampling source.
+ * k-way merge of their rankings by access density, with the rule
+ * hrc_select() uses within one context (ranges with accesses, in order,
+ * each taken if its footprint still fits, passed over otherwise).
+ * Context @which gets the footprint of its own ranges so taken, so
+ * hrc_select() with the returned share selects exactly those.  With one
+ * context the share is the whole capacity.  Densities are only comparable
+ * between contexts fed by the same sampling source.
  *
- * Return: the share in pages (rounded down); an even split beyond
- *	    HRC_SHARE_MAX contexts.
+ * Return: the share in pages; an even split beyond HRC_SHARE_MAX
+ *	    contexts.
  */
 u64 hrc_share(struct hrc *const *cs, u32 n, u32 which, u64 fmem_pages)
 {
 	u32 pos[HRC_SHARE_MAX] = { 0 };
-	u64 cap, used = 0, mine = 0;
+	u64 used = 0, mine = 0;
 	u32 i;
 
 	if (which >= n)
@@ -148,15 +156,12 @@ u64 hrc_share(struct hrc *const *cs, u32 n, u32 which, u64 fmem_pages)
 		return fmem_pages;
 	if (n > HRC_SHARE_MAX)
 		return fmem_pages / n;	/* beyond the merge's bound: even split */
-	if (fmem_pages > (U64_MAX >> HRC_PAGE_SHIFT))
-		cap = U64_MAX;
-	else
-		cap = fmem_pages << HRC_PAGE_SHIFT;
 	for (i = 0; i < n; i++)
 		hrc_rank(cs[i]);
 	for (;;) {
 		const struct hrc_range *best = NULL;
 		u32 bi = 0;
+		u64 need;
 
 		for (i = 0; i < n; i++) {
 			const struct hrc *c = cs[i];
@@ -172,12 +177,15 @@ u64 hrc_share(struct hrc *const *cs, u32 n, u32 which, u64 fmem_pages)
 				bi = i;
 			}
 		}
-		if (!best || hrc_size(best) > cap - used)
+		if (!best)
 			break;
-		used += hrc_size(best);
-		if (bi == which)
-			mine += hrc_size(best);
 		pos[bi]++;
+		need = hrc_footprint_pages(cs[bi], best);
+		if (need > fmem_pages - used)
+			continue;	/* too big: smaller ones may fit */
+		used += need;
+		if (bi == which)
+			mine += need;
 	}
-	return mine >> HRC_PAGE_SHIFT;
+	return mine;
 }

@@ -122,6 +122,7 @@ int hrc_reset(struct hrc *c, const struct hrc_interval *init, u32 nr_init)
 	c->nr = nr_init;
 	c->epoch = 0;
 	c->ranked = false;
+	c->resident_known = false;
 	c->stats = (struct hrc_stats) { 0 };
 	return 0;
 }
@@ -372,12 +373,16 @@ static void hrc_do_splits(struct hrc *c, u32 nsplit)
 			.end = r.end,
 			.nr_access = r.nr_access - r.nr_access / 2,
 			.birth = c->epoch,
+			.nr_resident = r.nr_resident - r.nr_resident / 2,
+			.nr_fast = r.nr_fast - r.nr_fast / 2,
 		};
 		c->ranges[--w] = (struct hrc_range) {
 			.start = r.start,
 			.end = mid,
 			.nr_access = r.nr_access / 2,
 			.birth = c->epoch,
+			.nr_resident = r.nr_resident / 2,
+			.nr_fast = r.nr_fast / 2,
 		};
 	}
 	c->nr += nsplit;
@@ -416,6 +421,8 @@ static bool hrc_merge_ok(const struct hrc *c, const struct hrc_range *a,
 		.nr_fresh = (u32)hrc_sat_add(a->nr_fresh, b->nr_fresh,
 					     U32_MAX),
 		.birth = a->birth > b->birth ? a->birth : b->birth,
+		.nr_resident = a->nr_resident + b->nr_resident,
+		.nr_fast = a->nr_fast + b->nr_fast,
 	};
 	/*
 	 * The halves of @m are not known (a and b need not be its halves);
@@ -554,4 +561,114 @@ int hrc_default_layout(u64 start_brk, u64 mmap_base, u64 totalram_bytes,
 	out[0] = (struct hrc_interval) { .start = hs, .end = he };
 	out[1] = (struct hrc_interval) { .start = ms, .end = me };
 	return 2;
+}
+
+/**
+ * hrc_set_resident() - record the measured residency of range @idx.
+ * @c:		context.
+ * @idx:	index into @c->ranges (< @c->nr).
+ * @resident:	base pages present (clamped to the range's size).
+ * @fast:	of those, pages on the fast tier (clamped to @resident).
+ *
+ * From the first call on, hrc_select() and hrc_share() measure the hot
+ * set by resident pages (the paper's f counts pages that can move), not
+ * by virtual size.
+ */
+void hrc_set_resident(struct hrc *c, u32 idx, u64 resident, u64 fast)
+{
+	struct hrc_range *r;
+	u64 pages;
+
+	if (idx >= c->nr)
+		return;
+	r = &c->ranges[idx];
+	pages = hrc_size(r) >> HRC_PAGE_SHIFT;
+	if (resident > pages)
+		resident = pages;
+	if (fast > resident)
+		fast = resident;
+	r->nr_resident = resident;
+	r->nr_fast = fast;
+	c->resident_known = true;
+}
+
+/* The FMem pages range @r needs: resident pages if measured, else size. */
+u64 hrc_footprint_pages(const struct hrc *c, const struct hrc_range *r)
+{
+	if (c->resident_known)
+		return r->nr_resident;
+	return hrc_size(r) >> HRC_PAGE_SHIFT;
+}
+
+/* Gaps of [start, end) not covered by any range; inserts them if @add. */
+static u32 hrc_gaps(struct hrc *c, u64 start, u64 end, bool add)
+{
+	u64 cur = start;
+	u32 i = 0, n = 0;
+
+	while (cur < end) {
+		u64 stop;
+
+		while (i < c->nr && c->ranges[i].end <= cur)
+			i++;
+		stop = i < c->nr && c->ranges[i].start < end ?
+		       c->ranges[i].start : end;
+		if (stop > cur) {
+			if (add) {
+				u32 k;
+
+				for (k = c->nr; k > i; k--)
+					c->ranges[k] = c->ranges[k - 1];
+				c->ranges[i] = (struct hrc_range) {
+					.start = cur, .end = stop,
+					.birth = c->epoch,
+				};
+				c->nr++;
+				i++;
+			}
+			n++;
+		}
+		if (i >= c->nr || c->ranges[i].start >= end)
+			break;
+		cur = c->ranges[i].end;
+	}
+	return n;
+}
+
+/**
+ * hrc_cover() - make sure the ranges cover [@start, @end).
+ * @c:		context.
+ * @start, @end: an address interval, e.g. a mapping the target created
+ *		after the context was set up (a heap mapped far above the
+ *		initial layout, such as Go's at 0xc000000000).
+ *
+ * The interval is widened to the granularity; each part of it that no
+ * range covers becomes a new range of its own (no accesses, born now).
+ *
+ * Return: number of ranges added; -EINVAL for an empty interval;
+ *	   -ENOSPC if max_ranges does not leave room (nothing changed).
+ */
+int hrc_cover(struct hrc *c, u64 start, u64 end)
+{
+	u64 gran = c->p.granularity, top = hrc_align_down(U64_MAX, gran);
+	u32 n;
+	int k;
+
+	if (start >= end)
+		return -EINVAL;
+	start = hrc_align_down(start, gran);
+	end = end > top ? top : hrc_align_down(end + gran - 1, gran);
+	if (start >= end)
+		return -EINVAL;
+	k = hrc_find(c, start);
+	if (k >= 0 && c->ranges[k].end >= end)
+		return 0;	/* the common case, O(log n) */
+	n = hrc_gaps(c, start, end, false);
+	if (!n)
+		return 0;
+	if (n > c->p.max_ranges - c->nr)
+		return -ENOSPC;
+	hrc_gaps(c, start, end, true);
+	c->ranked = false;
+	return (int)n;
 }

@@ -96,6 +96,11 @@ struct hrc_params {
  * @flags:	internal, zero between calls.
  * @nr_fresh_hi: of @nr_fresh, those in the upper half (at or above the
  *		granularity-aligned midpoint where a split would cut).
+ * @nr_resident: base pages of the range present in memory, as the caller
+ *		last measured them (hrc_set_resident()); a THP counts as its
+ *		512 base pages.  A split gives each child half, a merge adds:
+ *		estimates until the caller measures again.
+ * @nr_fast:	of @nr_resident, pages on the fast tier (same upkeep).
  */
 struct hrc_range {
 	u64 start;
@@ -105,6 +110,8 @@ struct hrc_range {
 	u32 nr_fresh;
 	u32 flags;
 	u32 nr_fresh_hi;
+	u64 nr_resident;
+	u64 nr_fast;
 };
 
 /* A half-open address interval [start, end). */
@@ -133,6 +140,7 @@ struct hrc {
 	u32 nr;
 	u64 epoch;
 	bool ranked;			/* @order matches @ranges */
+	bool resident_known;		/* hrc_set_resident() was called */
 	struct hrc_stats stats;
 };
 
@@ -142,12 +150,14 @@ struct hrc {
  * @demo:	caller array of @demo_max entries; filled coldest first.
  * @nr_promo:	entries written to @promo.
  * @nr_demo:	entries written to @demo.
- * @nr_hot:	length f of the ranking prefix that fits FMEM; if larger
+ * @nr_hot:	number f of ranges selected as the hot set; if larger
  *		than @nr_promo the @promo array was too small.
- * @hot_bytes:	total size of the f hot ranges (<= FMEM capacity).
+ * @hot_bytes:	footprint of the f hot ranges (<= FMEM capacity): their
+ *		resident bytes once the caller measured residency, else
+ *		their sizes.
  *
- * No range ever appears in both lists: @promo is a prefix of the ranking,
- * @demo is taken from the other end and stops at that prefix.
+ * No range ever appears in both lists: @demo holds exactly the ranges
+ * not selected for @promo.
  */
 struct hrc_selection {
 	struct hrc_interval *promo;
@@ -179,6 +189,10 @@ static inline bool hrc_record(struct hrc *c, u64 addr)
 }
 
 u32 hrc_epoch(struct hrc *c);
+
+void hrc_set_resident(struct hrc *c, u32 idx, u64 resident, u64 fast);
+int hrc_cover(struct hrc *c, u64 start, u64 end);
+u64 hrc_footprint_pages(const struct hrc *c, const struct hrc_range *r);
 
 void hrc_rank(struct hrc *c);
 void hrc_select(struct hrc *c, u64 fmem_pages, struct hrc_selection *sel);

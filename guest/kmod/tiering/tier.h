@@ -21,6 +21,7 @@
 #define TIER_MAX_TARGETS	64
 #define TIER_SEL_MAX		128	/* promote/demote intervals published */
 #define TIER_RING_ENTRIES	16384
+#define TIER_PEBS_MAX_THREADS	1024	/* threads of one target with a counter */
 
 enum tier_source {
 	TIER_SRC_NONE = 0,
@@ -63,7 +64,8 @@ struct tier_target {
 	u64 abit_present, abit_young;	/* last check pass */
 
 	/* PEBS source */
-	struct perf_event *ev_load, *ev_store;
+	struct perf_event **pebs_ev;	/* 2 per thread: load, store */
+	u32 nr_pebs_ev;
 	struct tier_ring ring;
 	u64 *ring_mem;
 	struct tier_filter filter;
@@ -89,10 +91,71 @@ struct tier_target {
 
 extern struct mutex tier_lock;
 
+/* ---- shared between tier_main.c, tier_core.c, tier_sysfs.c ---- */
+
+enum tier_sampler_req { TIER_REQ_AUTO, TIER_REQ_PEBS, TIER_REQ_ABIT };
+#define TIER_CGRP_PATH_MAX	128
+#define TIER_PEBS_WHY_MAX	96
+
+/* module parameters (tier_main.c), read with READ_ONCE() */
+extern unsigned int tier_split_period_ms, tier_split_thresh;
+extern unsigned int tier_significance_pct, tier_merge_epochs;
+extern unsigned int tier_max_ranges, tier_scan_interval_ms;
+extern unsigned int tier_abit_min_window_ms, tier_abit_young_lo_pct;
+extern unsigned int tier_abit_young_hi_pct, tier_half_split;
+extern unsigned int tier_edge_split, tier_fmem_capacity_mb;
+extern unsigned int tier_auto_rss_mb;
+extern bool tier_follow_children, tier_abit_tlb_flush;
+extern int tier_sampler;
+extern bool tier_pebs_ok, tier_pebs_probed;
+extern const char * const tier_req_names[];
+extern const char * const tier_src_names[];
+int tier_sampler_check(const char *val);
+
+/* core state (tier_core.c); tier_lock protects all but the worker */
+extern struct tier_target *tier_targets[TIER_MAX_TARGETS];
+extern u32 tier_nr_targets;
+extern struct task_struct *tier_worker;
+extern bool tier_kick;
+extern bool tier_exiting;	/* module unload in progress */
+extern struct cgroup *tier_auto_cgrp;
+extern char tier_auto_cgrp_path[TIER_CGRP_PATH_MAX];
+extern int tier_fmem_node, tier_smem_node;
+extern char tier_pebs_why[TIER_PEBS_WHY_MAX];
+extern u64 tier_worker_busy_ns, tier_nr_epochs, tier_nr_scans;
+
+u64 tier_fmem_capacity_pages(void);
+int tier_detect_nodes(void);
+int tier_target_start(struct tier_target *t, pid_t nr);
+void tier_target_stop(struct tier_target *t, enum tier_state st);
+int tier_worker_fn(void *unused);
+
+/* sysfs (tier_sysfs.c) */
+extern struct kobject *tier_root, *tier_targets_kobj;
+extern const struct attribute_group tier_root_group, tier_targets_group;
+struct tier_target *tier_add_slot(void);
+
+/* tier_lists.c: the ranges, promote and demote files of a target */
+extern const struct attribute_group tier_list_group;
+
+/*
+ * Exported by demeter_balloon.ko (balloon/dmb_export.h, which holds the
+ * same prototype; the modules build apart): looked up with symbol_get().
+ */
+unsigned long dmb_node_ballooned_managed_pages(int nid);
+
 /* accessed-bit source */
 void tier_abit_flush(void);
+/* A node's PFN span; @exact: no other memory node's span overlaps it. */
+struct tier_pfn_span {
+	int nid;
+	bool exact;
+	unsigned long start, end;
+};
+extern struct tier_pfn_span tier_fast_span;
+
 u64 tier_abit_pass(struct tier_target *t, struct mm_struct *mm, bool record,
-		   u64 *present);
+		   bool clear, const struct tier_pfn_span *fast, u64 *present);
 
 /* PEBS source */
 int tier_pebs_probe(char *why, size_t len);

@@ -51,8 +51,11 @@
 #include <linux/sched.h>
 #include <linux/irqflags.h>
 #include <linux/smp.h>
+#include <linux/page_idle.h>
+#include <linux/numa.h>
 #include <asm/tlbflush.h>
 #include "tier.h"
+#include "tier_compat.h"
 
 static void tier_abit_flush_cpu(void *unused)
 {
@@ -64,15 +67,67 @@ void tier_abit_flush(void)
 	on_each_cpu(tier_abit_flush_cpu, NULL, 1);
 }
 
-static bool tier_clear_young(unsigned long *entry, unsigned long old)
+/* What one pass counts; all in base pages (a THP counts 512). */
+struct tier_abit_count {
+	u64 young[2];		/* per half of the range */
+	u64 present;		/* this range */
+	u64 fast;		/* of @present, on the fast node */
+};
+
+/*
+ * Tell reclaim what the cleared bit said, as DAMON does (mm/damon/
+ * ops-common.c, damon_ptep_mkold()): folio_referenced() counts PG_young
+ * like a young PTE.  PG_young exists only with CONFIG_PAGE_IDLE_FLAG
+ * (Debian 6.12: yes, 6.1: no; there the check pass leaves the bits set,
+ * see tier_abit_pass()).  The reference keeps a concurrently freed folio
+ * from being flagged; we run with interrupts off, as gup_fast does.
+ */
+static void tier_mark_young(unsigned long pfn)
 {
-	return cmpxchg(entry, old, old & ~_PAGE_ACCESSED) == old;
+#if TIER_HAVE_PG_YOUNG
+	struct folio *folio;
+
+	if (!pfn_valid(pfn))
+		return;
+	folio = page_folio(pfn_to_page(pfn));
+	/* already marked (reclaim clears it when it looks): a read only */
+	if (folio_test_young(folio) || !folio_try_get(folio))
+		return;
+	folio_set_young(folio);
+	folio_put(folio);
+#endif
+}
+
+/* Clear the accessed bit of an entry still equal to @old (present, young). */
+static bool tier_clear_young(unsigned long *entry, unsigned long old,
+			     unsigned long pfn)
+{
+	if (cmpxchg(entry, old, old & ~_PAGE_ACCESSED) != old)
+		return false;
+	tier_mark_young(pfn);
+	return true;
+}
+
+/*
+ * Is @pfn on the fast node?  A compare against the node's PFN span when
+ * no other node's span overlaps it (tier_core.c checks at load; always
+ * so in a VM): reading every mapped page's struct page for its node made
+ * the walk several times slower (measured under TCG).
+ */
+static bool tier_on_fast(unsigned long pfn, const struct tier_pfn_span *f)
+{
+	if (f->nid == NUMA_NO_NODE)
+		return false;
+	if (f->exact)
+		return pfn >= f->start && pfn < f->end;
+	return pfn_valid(pfn) && page_to_nid(pfn_to_page(pfn)) == f->nid;
 }
 
 /* One PMD's worth (or a whole empty upper-level entry); returns next addr. */
 static unsigned long tier_abit_chunk(struct mm_struct *mm, unsigned long addr,
-				     unsigned long end, u64 *young,
-				     u64 *present)
+				     unsigned long end, bool clear,
+				     const struct tier_pfn_span *fast, u64 *young,
+				     struct tier_abit_count *n)
 {
 	unsigned long flags, next;
 	pgd_t *pgdp, pgd;
@@ -102,16 +157,26 @@ static unsigned long tier_abit_chunk(struct mm_struct *mm, unsigned long addr,
 		goto out;
 	}
 	pmdp = pmd_offset_lockless(pudp, pud, addr);
-	pmd = pmdp_get_lockless(pmdp);
+	pmd = tier_pmdp_get_lockless(pmdp);
 	next = pmd_addr_end(addr, end);
 	if (pmd_none(pmd) || !pmd_present(pmd))
 		goto out;
 	if (pmd_leaf(pmd)) {
-		/* A transparent huge page: one sample for the whole 2 MiB. */
-		(*present)++;
+		/*
+		 * A transparent huge page: one bit for 512 base pages, counted
+		 * as 512 so that ranking and capacity, which count base pages,
+		 * see the same density as for 512 small pages.  The walk is
+		 * bounded by the range, so only the part inside counts.
+		 */
+		u64 nr = (next - addr) >> PAGE_SHIFT;
+
+		n->present += nr;
+		if (tier_on_fast(pmd_pfn(pmd), fast))
+			n->fast += nr;
 		if (pmd_young(pmd) &&
-		    tier_clear_young((unsigned long *)pmdp, pmd_val(pmd)))
-			(*young)++;
+		    (!clear || tier_clear_young((unsigned long *)pmdp,
+						pmd_val(pmd), pmd_pfn(pmd))))
+			*young += nr;
 		goto out;
 	}
 	if (pmd_bad(pmd))
@@ -121,9 +186,12 @@ static unsigned long tier_abit_chunk(struct mm_struct *mm, unsigned long addr,
 		pte = ptep_get(ptep);
 		if (!pte_present(pte))
 			continue;
-		(*present)++;
+		n->present++;
+		if (tier_on_fast(pte_pfn(pte), fast))
+			n->fast++;
 		if (pte_young(pte) &&
-		    tier_clear_young((unsigned long *)ptep, pte_val(pte)))
+		    (!clear || tier_clear_young((unsigned long *)ptep,
+						pte_val(pte), pte_pfn(pte))))
 			(*young)++;
 	}
 out:
@@ -132,17 +200,23 @@ out:
 }
 
 /**
- * tier_abit_pass() - test and clear the accessed bits over all ranges.
+ * tier_abit_pass() - test (and clear) the accessed bits over all ranges.
  * @t:		target (tier_lock held; its ranges do not change meanwhile).
  * @mm:		the target's mm, pinned and loaded (kthread_use_mm()) by the
  *		caller; see the comment at the top for why it must be loaded.
- * @record:	count young pages into the classifier (else only clear).
- * @present:	out: present entries seen.
+ * @record:	count young pages into the classifier.
+ * @clear:	clear the bits seen young (see tier_abit_step() for when).
+ * @fast:	the fast node's PFN span, for the per-range FMem residency.
+ * @present:	out: present base pages seen.
  *
- * Return: young entries seen.
+ * Every pass also records each range's resident and fast-node base pages
+ * (hrc_set_resident()): the hot set is sized by them, and the agent skips
+ * ranges with nothing to move.
+ *
+ * Return: young base pages seen.
  */
 u64 tier_abit_pass(struct tier_target *t, struct mm_struct *mm, bool record,
-		   u64 *present)
+		   bool clear, const struct tier_pfn_span *fast, u64 *present)
 {
 	struct hrc *c = &t->hrc;
 	u64 total = 0, pres = 0;
@@ -157,7 +231,7 @@ u64 tier_abit_pass(struct tier_target *t, struct mm_struct *mm, bool record,
 		unsigned long mid = start + (((end - start) / 2) &
 					     ~(c->p.granularity - 1));
 		unsigned long addr = start;
-		u64 young[2] = { 0, 0 };
+		struct tier_abit_count n = { };
 
 		/*
 		 * Young pages are recorded per half (at the range's start and
@@ -167,15 +241,17 @@ u64 tier_abit_pass(struct tier_target *t, struct mm_struct *mm, bool record,
 		while (addr < end) {
 			unsigned long stop = addr < mid ? mid : end;
 
-			addr = tier_abit_chunk(mm, addr, stop,
-					       &young[addr >= mid], &pres);
+			addr = tier_abit_chunk(mm, addr, stop, clear, fast,
+					       &n.young[addr >= mid], &n);
 			cond_resched();
 		}
-		if (record && young[0])
-			hrc_record_n(c, start, young[0]);
-		if (record && young[1])
-			hrc_record_n(c, mid, young[1]);
-		total += young[0] + young[1];
+		if (record && n.young[0])
+			hrc_record_n(c, start, n.young[0]);
+		if (record && n.young[1])
+			hrc_record_n(c, mid, n.young[1]);
+		hrc_set_resident(c, i, n.present, n.fast);
+		total += n.young[0] + n.young[1];
+		pres += n.present;
 	}
 	*present = pres;
 	return total;

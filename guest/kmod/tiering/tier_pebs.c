@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * PEBS sampling source (Intel): two perf kernel counters per target,
- * MEM_TRANS_RETIRED.LOAD_LATENCY with a load-latency threshold and
- * MEM_INST_RETIRED.ALL_STORES, both precise (PEBS), user space only,
- * inherited by the target's threads.
+ * PEBS sampling source (Intel): two perf kernel counters per thread of
+ * the target, MEM_TRANS_RETIRED.LOAD_LATENCY with a load-latency
+ * threshold and MEM_INST_RETIRED.ALL_STORES, both precise (PEBS), user
+ * space only, inherited by the threads each thread creates.
  *
  * The overflow handler runs in NMI context for every PEBS record the
  * perf core hands over: on the PMI and when the DS buffer is drained at a
@@ -11,10 +11,8 @@
  * record (tier_decode(), pure C, unit-tested in user space) and pushes
  * the address into the target's wait-free ring; there is no polling
  * thread: the manager's epoch worker drains the ring into the classifier
- * once per epoch.  On a stock kernel with a kernel-counter overflow
- * handler the perf core does not enable large (multi-record) PEBS for
- * every configuration, so records may arrive one per PMI; the handler is
- * the same either way.
+ * once per epoch.  Large (multi-record) PEBS is kept off so that every
+ * record reaches the handler (tier_pebs_attr()).
  *
  * Not testable here (no PMU on the project machines; the testbed is an
  * emulated AMD CPU): tier_pebs_probe() reports that, and the manager uses
@@ -22,6 +20,8 @@
  */
 #include <linux/perf_event.h>
 #include <linux/sched.h>
+#include <linux/sched/signal.h>
+#include <linux/sched/task.h>
 #include <linux/slab.h>
 #include <linux/mm.h>
 #include <asm/processor.h>
@@ -51,6 +51,17 @@ static void tier_pebs_attr(struct perf_event_attr *a, bool store)
 	a->exclude_hv = 1;
 	a->exclude_callchain_kernel = 1;
 	a->inherit = 1;
+	/*
+	 * One record per PMI.  With a fixed period and wakeup_events = 0 the
+	 * x86 PMU code turns on large PEBS (many records per PMI); on drain
+	 * it hands only the last record to the overflow handler and writes
+	 * the others with perf_event_output() into the event's ring buffer,
+	 * which a kernel counter does not have: they were lost.
+	 * wakeup_events != 0 (without watermark) keeps large PEBS off
+	 * (intel_pmu_hw_config()), so every record reaches the handler.
+	 * Cost: one PMI per record (see README, "PEBS").
+	 */
+	a->wakeup_events = 1;
 }
 
 static void tier_pebs_overflow(struct perf_event *ev,
@@ -109,44 +120,107 @@ int tier_pebs_probe(char *why, size_t len)
 	return 0;
 }
 
+/*
+ * The threads of @task's process, referenced; at most @max.  Returns how
+ * many, or -E2BIG if there are more.
+ */
+static int tier_pebs_threads(struct task_struct *task,
+			     struct task_struct **out, int max)
+{
+	struct task_struct *th;
+	int n = 0, i;
+
+	rcu_read_lock();
+	for_each_thread(task, th) {
+		if (n == max) {
+			rcu_read_unlock();
+			for (i = 0; i < n; i++)
+				put_task_struct(out[i]);
+			return -E2BIG;
+		}
+		get_task_struct(th);
+		out[n++] = th;
+	}
+	rcu_read_unlock();
+	return n;
+}
+
+/**
+ * tier_pebs_start() - sample every thread of @task's process.
+ *
+ * A task-bound counter only counts its own task, and with inherit=1 the
+ * threads that task creates later: one counter on the leader misses
+ * every thread that existed before.  So each existing thread gets its
+ * own pair (load, store), each inherited by the threads it creates.
+ * Not covered: a thread cloned while this runs, by a thread whose
+ * counter is not created yet (microseconds at target start).
+ */
 int tier_pebs_start(struct tier_target *t, struct task_struct *task)
 {
+	struct task_struct **th;
 	struct perf_event_attr a;
 	struct perf_event *ev;
-	int i;
+	int nth, i, ret = 0;
+	u32 nload = 0;
 
+	th = kvcalloc(TIER_PEBS_MAX_THREADS, sizeof(*th), GFP_KERNEL);
+	t->pebs_ev = kvcalloc(2 * TIER_PEBS_MAX_THREADS, sizeof(*t->pebs_ev),
+			      GFP_KERNEL);
 	t->ring_mem = kvcalloc(TIER_RING_ENTRIES, sizeof(u64), GFP_KERNEL);
-	if (!t->ring_mem)
-		return -ENOMEM;
+	if (!th || !t->pebs_ev || !t->ring_mem) {
+		ret = -ENOMEM;
+		goto out;
+	}
 	tier_ring_init(&t->ring, t->ring_mem, TIER_RING_ENTRIES);
 	for (i = 0; i < TIER_NR_VERDICTS; i++)
 		tier_counter_set(&t->verdicts[i], 0);
 
-	tier_pebs_attr(&a, false);
-	ev = perf_event_create_kernel_counter(&a, -1, task, tier_pebs_overflow,
-					      t);
-	if (IS_ERR(ev)) {
-		kvfree(t->ring_mem);
-		t->ring_mem = NULL;
-		return PTR_ERR(ev);
+	nth = tier_pebs_threads(task, th, TIER_PEBS_MAX_THREADS);
+	if (nth < 0) {
+		ret = nth;
+		goto out;
 	}
-	t->ev_load = ev;
-	/* Stores are optional: loads alone still classify. */
-	tier_pebs_attr(&a, true);
-	ev = perf_event_create_kernel_counter(&a, -1, task, tier_pebs_overflow,
-					      t);
-	t->ev_store = IS_ERR(ev) ? NULL : ev;
-	return 0;
+	for (i = 0; i < nth; i++) {
+		tier_pebs_attr(&a, false);
+		ev = perf_event_create_kernel_counter(&a, -1, th[i],
+						      tier_pebs_overflow, t);
+		if (IS_ERR(ev)) {
+			/* a thread that is exiting has no context any more */
+			if (PTR_ERR(ev) != -ESRCH && !ret)
+				ret = PTR_ERR(ev);
+			continue;
+		}
+		t->pebs_ev[t->nr_pebs_ev++] = ev;
+		nload++;
+		/* Stores are optional: loads alone still classify. */
+		tier_pebs_attr(&a, true);
+		ev = perf_event_create_kernel_counter(&a, -1, th[i],
+						      tier_pebs_overflow, t);
+		if (!IS_ERR(ev))
+			t->pebs_ev[t->nr_pebs_ev++] = ev;
+	}
+	for (i = 0; i < nth; i++)
+		put_task_struct(th[i]);
+	if (nload)
+		ret = 0;	/* some thread refused: the others sample */
+	else if (!ret)
+		ret = -ESRCH;
+out:
+	kvfree(th);
+	if (ret)
+		tier_pebs_stop(t);
+	return ret;
 }
 
 void tier_pebs_stop(struct tier_target *t)
 {
-	if (t->ev_store)
-		perf_event_release_kernel(t->ev_store);
-	if (t->ev_load)
-		perf_event_release_kernel(t->ev_load);
-	t->ev_store = NULL;
-	t->ev_load = NULL;
+	u32 i;
+
+	for (i = 0; i < t->nr_pebs_ev; i++)
+		perf_event_release_kernel(t->pebs_ev[i]);
+	kvfree(t->pebs_ev);
+	t->pebs_ev = NULL;
+	t->nr_pebs_ev = 0;
 	/* An overflow handler still running in NMI is an RCU reader. */
 	synchronize_rcu();
 	kvfree(t->ring_mem);

@@ -95,9 +95,23 @@ static int fz_select(struct fz_state *s, struct fz *f)
 	u64 pages = fz_bytes(f, 8) >> fz_below(f, 1, 64);
 	u64 cap = pages > (U64_MAX >> 12) ? U64_MAX : pages << 12;
 	struct hrc *c = &s->c;
-	u64 sum = 0;
-	u32 i;
+	static bool hot[FZ_MAX_CAP];
+	u64 sum = 0, used = 0;
+	u32 i, nh = 0, np = 0, nd = 0;
 
+	/* sometimes measure residency (then the footprint is resident pages) */
+	if (c->nr && fz_below(f, 1, 2)) {
+		for (i = 0; i < c->nr; i++) {
+			u64 size = (c->ranges[i].end - c->ranges[i].start) >> 12;
+			u64 res = fz_below(f, 1, 3) ? size >> fz_below(f, 1, 12) :
+				  fz_bytes(f, 8);
+
+			hrc_set_resident(c, i, res, res >> fz_below(f, 1, 4));
+			if (c->ranges[i].nr_resident > size ||
+			    c->ranges[i].nr_fast > c->ranges[i].nr_resident)
+				FAIL("residency not clamped");
+		}
+	}
 	hrc_select(c, pages, &sel);
 	if (sel.nr_promo > sel.promo_max || sel.nr_demo > sel.demo_max)
 		FAIL("select overflowed an output array");
@@ -114,10 +128,10 @@ static int fz_select(struct fz_state *s, struct fz *f)
 			FAIL("promoted a range without accesses");
 		if (fz_in(dem, sel.nr_demo, pro[i].start))
 			FAIL("range both promoted and demoted");
-		sum += pro[i].end - pro[i].start;
+		sum += hrc_footprint_pages(c, &c->ranges[k]) << 12;
 	}
 	if (sum > cap || sum > sel.hot_bytes)
-		FAIL("promo sizes exceed capacity");
+		FAIL("promo footprint exceeds capacity");
 	if (sel.nr_demo != (sel.demo_max < c->nr - sel.nr_hot ?
 			    sel.demo_max : c->nr - sel.nr_hot))
 		FAIL("demotion list has the wrong length");
@@ -125,13 +139,39 @@ static int fz_select(struct fz_state *s, struct fz *f)
 		if (hrc_hotter(&c->ranges[c->order[i + 1]],
 			       &c->ranges[c->order[i]]))
 			FAIL("ranking not sorted at %u", i);
-	for (i = 0; i < sel.nr_demo; i++) {
-		const struct hrc_range *r =
-			&c->ranges[c->order[c->nr - 1 - i]];
+	for (i = 0; i < c->nr; i++)
+		if (c->ranges[i].flags)
+			FAIL("select left flags set");
+	/*
+	 * Oracle: in ranking order, every range with accesses whose footprint
+	 * still fits is hot (others are passed over, not a stop); the first
+	 * range without accesses ends the hot set.
+	 */
+	for (i = 0; i < c->nr; i++) {
+		const struct hrc_range *r = &c->ranges[c->order[i]];
+		u64 need = hrc_footprint_pages(c, r);
 
-		if (dem[i].start != r->start)
-			FAIL("demotion list not coldest first");
+		hot[i] = false;
+		if (!r->nr_access) {
+			for (; i < c->nr; i++)
+				hot[i] = false;
+			break;
+		}
+		if (need <= pages - used) {
+			used += need;
+			hot[i] = true;
+			nh++;
+		}
 	}
+	if (nh != sel.nr_hot)
+		FAIL("hot set size %u, expected %u", sel.nr_hot, nh);
+	for (i = 0; i < c->nr && np < sel.nr_promo; i++)
+		if (hot[i] && pro[np++].start != c->ranges[c->order[i]].start)
+			FAIL("promotion list not the hot set hottest first");
+	for (i = c->nr; i > 0 && nd < sel.nr_demo; i--)
+		if (!hot[i - 1] &&
+		    dem[nd++].start != c->ranges[c->order[i - 1]].start)
+			FAIL("demotion list not the others coldest first");
 	return 0;
 }
 

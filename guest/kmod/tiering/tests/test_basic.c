@@ -336,7 +336,7 @@ static void select_respects_capacity_and_is_disjoint(void)
 	struct tctx t;
 
 	fixture(&t);
-	/* 2 MiB: r1 fits, r3 (8 MiB) does not: prefix stops there. */
+	/* 2 MiB: r1 fits, nothing else with accesses does. */
 	hrc_select(&t.c, 2 * MiB >> 12, &s);
 	CHECK_EQ(s.nr_hot, 1);
 	CHECK_EQ(s.nr_promo, 1);

@@ -33,6 +33,12 @@ int main(int argc, char **argv)
 	unsigned int pass = 0, fail = 0;
 
 	run_table(hrc_basic_tests, hrc_nr_basic_tests, filter, &pass, &fail);
+	run_table(hrc_resident_tests, hrc_nr_resident_tests, filter, &pass,
+		  &fail);
+	run_table(hrc_capacity_tests, hrc_nr_capacity_tests, filter, &pass,
+		  &fail);
+	run_table(hrc_perf_ring_tests, hrc_nr_perf_ring_tests, filter, &pass,
+		  &fail);
 	run_table(hrc_split_merge_tests, hrc_nr_split_merge_tests, filter,
 		  &pass, &fail);
 	run_table(hrc_dynamics_tests, hrc_nr_dynamics_tests, filter, &pass,

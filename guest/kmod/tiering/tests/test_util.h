@@ -58,6 +58,12 @@ u64 trand_below(u64 *state, u64 n);
 void tsample(struct hrc *c, u64 *rng, u64 start, u64 end, u32 n);
 
 extern const struct hrc_test hrc_basic_tests[];
+extern const struct hrc_test hrc_resident_tests[];
+extern const struct hrc_test hrc_capacity_tests[];
+extern const struct hrc_test hrc_perf_ring_tests[];
+extern const unsigned int hrc_nr_perf_ring_tests;
+extern const unsigned int hrc_nr_capacity_tests;
+extern const unsigned int hrc_nr_resident_tests;
 extern const unsigned int hrc_nr_basic_tests;
 extern const struct hrc_test hrc_split_merge_tests[];
 extern const unsigned int hrc_nr_split_merge_tests;
