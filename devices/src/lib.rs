@@ -8,6 +8,7 @@
 
 mod bus;
 pub mod legacy;
+pub mod sandbox;
 pub mod virtio;
 
 pub use bus::{Bus, BusDevice, BusError};

@@ -314,28 +314,46 @@ tb_boot_l1() {
     return 1
 }
 
-# An L2 guest that triple-faults is reported, never hidden; but nested SVM
-# under QEMU TCG has shown intermittent L2 crashes at random points of the
-# boot (also with no device involved), so a scenario that FAILed with the
-# VMM reporting a guest triple fault is run once more in another L1 boot.
-# Its first run's output is kept in <run>/<scenario>.boot<N>; the summary
-# note and TB_GUEST_CRASHES say so. An L1-level failure is retried up to
-# TB_L1_RETRIES times per run (default 2), guest crashes up to
-# TB_GUEST_CRASH_RETRIES times (default 3: the
-# balloon scenario, which releases a lot of host memory under a running L2,
-# crashes far more often than the others; see docs/testbed.md).
-TB_GUEST_CRASH_RETRIES=${TB_GUEST_CRASH_RETRIES:-3}
+# Crashes are evidence, never retried away. A scenario that FAILed with
+# the L2 guest triple-faulting or the VMM crashing (a panic, a fatal
+# signal, a seccomp denial) is a crash: its output is kept in
+# <run>/<scenario>.boot<N> (serial log, VMM stderr with the registers,
+# the scenario's own log up to the failing step), the summary lists it
+# with a CRASH line, and it is run once more in another L1 boot, because
+# nested SVM under QEMU TCG has shown intermittent L2 crashes with no VMM
+# involvement (docs/testbed.md). A scenario that crashes twice in one run
+# fails the run, whatever its last attempt did. TB_GUEST_CRASH_RETRIES
+# (default 1) bounds the re-runs per scenario. L1-level failures (the
+# emulated host itself) are retried up to TB_L1_RETRIES times (default 2).
+TB_GUEST_CRASH_RETRIES=${TB_GUEST_CRASH_RETRIES:-1}
 TB_L1_RETRIES=${TB_L1_RETRIES:-2}
 TB_GUEST_CRASHES=()
+declare -gA TB_CRASH_COUNT=() TB_RUN_COUNT=() TB_CRASH_WHERE=()
+# What a VMM crash leaves in its stderr (the guest's triple fault is
+# reported by the VMM as "guest triple fault").
+TB_VMM_CRASH_RE='panicked at|seccomp: a .* thread made a forbidden syscall|Segmentation fault|SIGSEGV|SIGBUS|SIGABRT|core dumped'
+tb_crash_kind() { # SCENARIO: prints the kind of crash its output shows, if any
+    local d=$RUN_DIR/$1
+    if grep -qs 'guest triple fault' "$d"/*.stderr "$d/output.log"; then
+        echo "guest triple fault"
+    elif grep -qsE "$TB_VMM_CRASH_RE" "$d"/*.stderr; then
+        echo "VMM crash: $(grep -hsE "$TB_VMM_CRASH_RE" "$d"/*.stderr | head -n 1 | cut -c1-160)"
+    fi
+}
 tb_find_guest_crashes() { # ATTEMPT SCENARIO...: sets TB_CRASHED
-    local attempt=$1 s
+    local attempt=$1 s kind
     shift
     TB_CRASHED=()
     for s; do
-        [[ ${TB_RESULT[$s]:-} == FAIL ]] || continue
-        grep -qs 'guest triple fault' "$RUN_DIR/$s"/*.stderr "$RUN_DIR/$s/output.log" || continue
+        [[ -n ${TB_RESULT[$s]:-} && ${TB_RESULT[$s]} != L1-FAIL && ${TB_RESULT[$s]} != NOT-RUN ]] || continue
+        TB_RUN_COUNT[$s]=$((${TB_RUN_COUNT[$s]:-0} + 1))
+        [[ ${TB_RESULT[$s]} == FAIL ]] || continue
+        kind=$(tb_crash_kind "$s")
+        [[ -n $kind ]] || continue
+        TB_CRASH_COUNT[$s]=$((${TB_CRASH_COUNT[$s]:-0} + 1))
+        TB_CRASH_WHERE[$s]+="${TB_CRASH_WHERE[$s]:+; }boot $attempt: $kind, evidence in $s.boot$attempt"
         TB_CRASHED+=("$s")
-        TB_GUEST_CRASHES+=("boot $attempt: $s")
+        TB_GUEST_CRASHES+=("boot $attempt: $s ($kind)")
     done
 }
 
@@ -362,7 +380,7 @@ tb_run_nested() {
 }
 
 tb_run_nested_boots() {
-    local attempt=$((TB_L1_BOOTS + 1)) s next=() retry=() skipped=() l1_retried=0 crash_retried=0 l1_ok
+    local attempt=$((TB_L1_BOOTS + 1)) s next=() retry=() skipped=() l1_retried=0 l1_ok
     local todo=("$@")
     while :; do
         l1_ok=1
@@ -395,17 +413,19 @@ tb_run_nested_boots() {
             done
             retry+=("${next[@]}")
         fi
-        if ((${#TB_CRASHED[@]} && crash_retried < TB_GUEST_CRASH_RETRIES)); then
-            crash_retried=$((crash_retried + 1))
-            tb_warn "the L2 guest triple-faulted in: ${TB_CRASHED[*]}; re-running them in L1 boot $((attempt + 1)) (crash retry $crash_retried of $TB_GUEST_CRASH_RETRIES; reported in the summary)"
-            for s in "${TB_CRASHED[@]}"; do
-                rm -rf "$RUN_DIR/$s.boot$attempt"
-                mv "$RUN_DIR/$s" "$RUN_DIR/$s.boot$attempt"
-                TB_NOTE[$s]="retried: the L2 guest triple-faulted in boot $attempt, evidence in $s.boot$attempt"
+        for s in "${TB_CRASHED[@]}"; do
+            # The evidence stays, whether or not the scenario runs again.
+            rm -rf "$RUN_DIR/$s.boot$attempt"
+            mv "$RUN_DIR/$s" "$RUN_DIR/$s.boot$attempt"
+            if ((TB_CRASH_COUNT[$s] <= TB_GUEST_CRASH_RETRIES)); then
+                tb_warn "$s crashed in boot $attempt (${TB_CRASH_WHERE[$s]##*; }); running it once more in L1 boot $((attempt + 1)) -- a second crash fails the run"
+                TB_NOTE[$s]="crashed in boot $attempt, evidence in $s.boot$attempt; re-run"
                 unset "TB_RESULT[$s]"
-            done
-            retry+=("${TB_CRASHED[@]}")
-        fi
+                retry+=("$s")
+            else
+                TB_NOTE[$s]="crashed ${TB_CRASH_COUNT[$s]} times: ${TB_CRASH_WHERE[$s]}"
+            fi
+        done
         ((${#retry[@]})) || break
         attempt=$((attempt + 1))
         todo=("${retry[@]}")
@@ -557,7 +577,7 @@ tb_run_l2_in_qemu() {
 
 # --- summary -----------------------------------------------------------
 tb_summary() {
-    local s r code=$TB_EXIT_OK scen_fail=0 l1_fail=0 f
+    local s r code=$TB_EXIT_OK scen_fail=0 l1_fail=0 f crashed_twice=()
     printf '\n==== testbed summary (mode %s, run dir %s) ====\n' "$MODE" "$RUN_DIR"
     for s; do
         r=${TB_RESULT[$s]:-NOT-RUN}
@@ -570,10 +590,20 @@ tb_summary() {
         *) scen_fail=1 ;;
         esac
     done
+    # Crash rate per scenario: crashes / runs that reached a verdict.
+    for s; do
+        ((${TB_CRASH_COUNT[$s]:-0})) || continue
+        printf 'CRASH %-16s %d of %d runs crashed: %s\n' "$s" "${TB_CRASH_COUNT[$s]}" \
+            "${TB_RUN_COUNT[$s]:-0}" "${TB_CRASH_WHERE[$s]}"
+        if ((TB_CRASH_COUNT[$s] > 1)); then
+            crashed_twice+=("$s")
+            [[ ${TB_RESULT[$s]:-} == PASS ]] && scen_fail=1
+        fi
+    done
     if [[ $MODE == nested ]]; then
         printf 'L1 boots: %d' "$TB_L1_BOOTS"
         if ((${#TB_GUEST_CRASHES[@]})); then
-            printf '; L2 GUEST CRASHES (triple fault): %s' "${TB_GUEST_CRASHES[*]}"
+            printf '; CRASHES (guest triple fault or VMM crash): %s' "${TB_GUEST_CRASHES[*]}"
         fi
         if ((${#TB_L1_FAILS[@]})); then
             printf '; L1-LEVEL FAILURES:\n'
@@ -585,7 +615,11 @@ tb_summary() {
     if [[ -n ${BUILD_NOTE:-} ]]; then printf 'NOTE: %s\n' "$BUILD_NOTE"; fi
     if ((scen_fail)); then
         code=$TB_EXIT_SCENARIO
-        printf 'RESULT: FAIL (scenario failure)\n'
+        if ((${#crashed_twice[@]})); then
+            printf 'RESULT: FAIL (crashed twice in this run: %s)\n' "${crashed_twice[*]}"
+        else
+            printf 'RESULT: FAIL (scenario failure)\n'
+        fi
     elif ((l1_fail)); then
         code=$TB_EXIT_L1
         printf 'RESULT: L1-LEVEL FAILURE (testbed problem, no scenario verdict for some scenarios)\n'

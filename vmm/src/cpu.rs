@@ -133,6 +133,10 @@ impl VcpuManager {
                     if let Some(cpus) = cpus {
                         pin_current_thread(index, &cpus);
                     }
+                    if let Err(e) = crate::seccomp::enter(crate::seccomp::ThreadKind::Vcpu) {
+                        report(&shared, VcpuExitReason::Error(format!("vcpu{index}: {e}")));
+                        return;
+                    }
                     run_vcpu(index, fd, &ctx, &shared)
                 })?;
             handles.push(handle);

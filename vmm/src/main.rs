@@ -58,6 +58,14 @@ struct Cli {
     /// More log output (-v info, -vv debug, -vvv trace).
     #[arg(short, action = clap::ArgAction::Count)]
     v: u8,
+    /// Seccomp filters per thread: true (a denied syscall ends the VMM
+    /// with a report), false, or log (the kernel logs denied syscalls).
+    #[arg(long, value_name = "true|false|log", default_value = "false")]
+    seccomp: String,
+    /// Restrict file access to the paths the configuration names (needs
+    /// --kernel: the configuration must be known at start).
+    #[arg(long)]
+    landlock: bool,
 }
 
 fn build_config(cli: &Cli) -> Result<VmConfig, String> {
@@ -128,6 +136,43 @@ fn check_payload_files(config: &VmConfig) -> Result<(), String> {
                 .map_err(|e| format!("{option}: cannot read {}: {e}", path.display()))?;
         }
     }
+    Ok(())
+}
+
+/// Landlock, then the device spawner, then the VMM thread's seccomp filter:
+/// in this order because each later thread inherits what is in force when
+/// it starts. Runs before any other thread exists.
+fn confine(
+    cli: &Cli,
+    config: Option<&VmConfig>,
+    api_socket: Option<&api::ApiSocket>,
+) -> Result<(), String> {
+    use vmm::seccomp::{self, SeccompMode, ThreadKind};
+    let mode = SeccompMode::parse(&cli.seccomp)?;
+    if cli.landlock {
+        let config =
+            config.ok_or("--landlock needs --kernel (the configuration must be known at start)")?;
+        let socket = match api_socket {
+            Some(api::ApiSocket::Path(p)) => Some(p.as_path()),
+            _ => None,
+        };
+        vmm::landlock::restrict(&vmm::landlock::rules_for(config, socket))
+            .map_err(|e| e.to_string())?;
+    }
+    if mode == SeccompMode::Off {
+        return Ok(());
+    }
+    seccomp::set_mode(mode);
+    seccomp::install_sigsys_handler().map_err(|e| format!("seccomp: SIGSYS handler: {e}"))?;
+    devices::sandbox::install(Box::new(|name| match ThreadKind::of_thread(name) {
+        Some(kind) => seccomp::enter(kind),
+        None => Err(std::io::Error::other(format!(
+            "seccomp: no filter for a thread named {name:?}"
+        ))),
+    }))
+    .map_err(|e| format!("seccomp: starting the device spawner: {e}"))?;
+    seccomp::enter(ThreadKind::Vmm).map_err(|e| e.to_string())?;
+    log::info!("seccomp: a filter per thread kind ({mode:?} on a denied syscall)");
     Ok(())
 }
 
@@ -203,6 +248,10 @@ fn main() -> ExitCode {
     };
     if let Err(e) = vmm::cpu::register_kick_signal() {
         eprintln!("cloud-hypervisor: cannot install the vCPU kick signal: {e}");
+        return ExitCode::FAILURE;
+    }
+    if let Err(e) = confine(&cli, config.as_ref(), api_socket.as_ref()) {
+        eprintln!("cloud-hypervisor: {e}");
         return ExitCode::FAILURE;
     }
     let _raw_terminal = config

@@ -1,9 +1,14 @@
-//! Guest RAM: one host mapping per memory zone (a tier), bound to its host
-//! NUMA node, laid out in guest physical space around the 32-bit device
-//! hole, and registered with KVM.
+//! Guest RAM: memory zones (tiers) bound to their host NUMA nodes, laid
+//! out in guest physical space around the 32-bit device hole, and
+//! registered with KVM.
+//!
+//! Each piece of a zone (a zone crossing the hole has two) is a host
+//! mapping owned by its vm-memory region: the mapping lives as long as the
+//! last clone of the guest memory object, wherever that clone is (a device
+//! thread, a transport), so no drop order can unmap memory still in use.
 
 use std::fs::{File, OpenOptions};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::FromRawFd;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -11,7 +16,8 @@ use arch::layout::{MEM_32BIT_DEVICES_START, RAM_64BIT_START};
 use kvm_bindings::kvm_userspace_memory_region;
 use kvm_ioctls::VmFd;
 use vm_config::{MemoryZoneConfig, VmConfig};
-use vm_memory::{GuestAddress, GuestMemoryMmap, GuestRegionMmap, MmapRegion};
+use vm_memory::mmap::MmapRegionBuilder;
+use vm_memory::{FileOffset, GuestAddress, GuestMemoryMmap, GuestMemoryRegion, GuestRegionMmap};
 
 /// Errors while creating guest RAM.
 #[derive(Debug, thiserror::Error)]
@@ -74,7 +80,8 @@ pub struct GuestRange {
     pub zone_offset: u64,
 }
 
-/// One zone's host mapping.
+/// One zone: where it sits and how it is backed. Its memory belongs to the
+/// guest memory regions (one per range).
 #[derive(Debug)]
 pub struct Zone {
     /// Zone id from the configuration.
@@ -89,28 +96,6 @@ pub struct Zone {
     pub fd: Option<File>,
     /// Host page size of the backing: 4 KiB, or the huge page size.
     pub page_size: u64,
-    host_addr: *mut u8,
-}
-
-// SAFETY: the mapping is plain memory owned by this struct; the raw pointer
-// is only an address, and concurrent access goes through vm-memory's
-// volatile accessors or KVM.
-unsafe impl Send for Zone {}
-// SAFETY: see above.
-unsafe impl Sync for Zone {}
-
-impl Zone {
-    /// Host virtual address of the zone's first byte.
-    pub fn host_addr(&self) -> *mut u8 {
-        self.host_addr
-    }
-}
-
-impl Drop for Zone {
-    fn drop(&mut self) {
-        // SAFETY: host_addr/size describe the mapping this zone created.
-        unsafe { libc::munmap(self.host_addr.cast(), self.size as usize) };
-    }
 }
 
 /// All of guest RAM.
@@ -179,36 +164,19 @@ impl MemoryManager {
         let mut regions = Vec::new();
         let mut slot = 0u32;
         for (zc, ranges) in zone_configs.iter().zip(layout) {
-            let zone = create_zone(zc, config.memory.thp, ranges)?;
-            for r in &zone.ranges {
-                // SAFETY: the range lies inside the zone's mapping, which
-                // outlives the guest memory object (both live in self, and
-                // zones are dropped after guest_memory; see Drop order below).
-                let host = unsafe { zone.host_addr.add(r.zone_offset as usize) };
-                // SAFETY: `host` points at `r.len` bytes of our mapping; the
-                // region does not own (and will not unmap) it.
-                let mapping = unsafe {
-                    MmapRegion::build_raw(
-                        host,
-                        r.len as usize,
-                        libc::PROT_READ | libc::PROT_WRITE,
-                        libc::MAP_SHARED,
-                    )
-                }
-                .map_err(|e| MemoryError::Layout(e.to_string()))?;
-                let region =
-                    GuestRegionMmap::new(mapping, GuestAddress(r.gpa)).ok_or_else(|| {
-                        MemoryError::Layout(format!("region at {:#x} overflows", r.gpa))
-                    })?;
-                regions.push(region);
+            let (zone, zone_regions) = create_zone(zc, config.memory.thp, ranges)?;
+            for region in zone_regions {
                 let mem_region = kvm_userspace_memory_region {
                     slot,
                     flags: 0,
-                    guest_phys_addr: r.gpa,
-                    memory_size: r.len,
-                    userspace_addr: host as u64,
+                    guest_phys_addr: region.start_addr().0,
+                    memory_size: region.len(),
+                    userspace_addr: region.as_ptr() as u64,
                 };
-                // SAFETY: the host range stays mapped for the VM's lifetime.
+                regions.push(region);
+                // SAFETY: the mapping belongs to a region of the guest
+                // memory object this manager keeps for the VM's lifetime
+                // (and a device's clone keeps it longer, never shorter).
                 unsafe { vm.set_user_memory_region(mem_region) }.map_err(|source| {
                     MemoryError::Memslot {
                         zone: zone.id.clone(),
@@ -266,31 +234,54 @@ fn os_err(zone: &str, what: &'static str) -> MemoryError {
     }
 }
 
+/// Creates the zone's backing and one owned mapping per range, advised,
+/// bound and prefaulted as configured, as guest memory regions.
 fn create_zone(
     zc: &MemoryZoneConfig,
     thp: bool,
     ranges: Vec<GuestRange>,
-) -> Result<Zone, MemoryError> {
-    let size = zc.size;
+) -> Result<(Zone, Vec<GuestRegionMmap>), MemoryError> {
     let (fd, flags) = backing(zc)?;
-    let raw_fd = fd.as_ref().map_or(-1, |f| f.as_raw_fd());
-    // SAFETY: a fresh mapping of `size` bytes; the result is checked.
-    let addr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            size as usize,
-            libc::PROT_READ | libc::PROT_WRITE,
-            flags,
-            raw_fd,
-            0,
-        )
-    };
-    if addr == libc::MAP_FAILED {
-        return Err(os_err(&zc.id, "mmap"));
+    let mut regions = Vec::with_capacity(ranges.len());
+    for r in &ranges {
+        let mut builder = MmapRegionBuilder::new(r.len as usize)
+            .with_mmap_prot(libc::PROT_READ | libc::PROT_WRITE)
+            .with_mmap_flags(flags)
+            .with_hugetlbfs(zc.hugepages);
+        if let Some(f) = &fd {
+            let f = f.try_clone().map_err(|source| MemoryError::Backing {
+                zone: zc.id.clone(),
+                what: "duplicating the backing fd",
+                source,
+            })?;
+            builder = builder.with_file_offset(FileOffset::new(f, r.zone_offset));
+        }
+        let mapping = builder.build().map_err(|e| MemoryError::Backing {
+            zone: zc.id.clone(),
+            what: "mmap",
+            source: std::io::Error::other(e),
+        })?;
+        let (addr, len) = (mapping.as_ptr(), mapping.size());
+        if thp && !zc.hugepages && zc.file.is_none() && !zc.shared {
+            // SAFETY: advice on the mapping just created.
+            unsafe { libc::madvise(addr.cast(), len, libc::MADV_HUGEPAGE) };
+        }
+        // Guest RAM is not needed in a forked child (and must not be COW-shared).
+        // SAFETY: advice on the mapping just created.
+        unsafe { libc::madvise(addr.cast(), len, libc::MADV_DONTFORK) };
+        if let Some(node) = zc.host_numa_node {
+            bind_to_node(&zc.id, addr, len, node)?;
+        }
+        if zc.prefault {
+            prefault(&zc.id, addr, len)?;
+        }
+        let region = GuestRegionMmap::new(mapping, GuestAddress(r.gpa))
+            .ok_or_else(|| MemoryError::Layout(format!("region at {:#x} overflows", r.gpa)))?;
+        regions.push(region);
     }
     let zone = Zone {
         id: zc.id.clone(),
-        size,
+        size: zc.size,
         ranges,
         host_numa_node: zc.host_numa_node,
         fd,
@@ -299,22 +290,8 @@ fn create_zone(
         } else {
             4096
         },
-        host_addr: addr.cast(),
     };
-    if thp && !zc.hugepages && zc.file.is_none() && !zc.shared {
-        // SAFETY: advice on our own mapping.
-        unsafe { libc::madvise(addr, size as usize, libc::MADV_HUGEPAGE) };
-    }
-    // Guest RAM is not needed in a forked child (and must not be COW-shared).
-    // SAFETY: advice on our own mapping.
-    unsafe { libc::madvise(addr, size as usize, libc::MADV_DONTFORK) };
-    if let Some(node) = zc.host_numa_node {
-        bind_to_node(&zone, node)?;
-    }
-    if zc.prefault {
-        prefault(&zone)?;
-    }
-    Ok(zone)
+    Ok((zone, regions))
 }
 
 /// Opens the zone's backing object and picks the mmap flags.
@@ -393,8 +370,9 @@ fn check_file_size(zc: &MemoryZoneConfig, path: &Path, file: &File) -> Result<()
     Ok(())
 }
 
-/// mbind(MPOL_BIND) the whole zone to `node`, moving any existing pages.
-fn bind_to_node(zone: &Zone, node: u32) -> Result<(), MemoryError> {
+/// mbind(MPOL_BIND) a mapping of zone `zone` to `node`, moving any
+/// existing pages.
+fn bind_to_node(zone: &str, addr: *mut u8, len: usize, node: u32) -> Result<(), MemoryError> {
     const BITS: usize = 64;
     let words = node as usize / BITS + 1;
     let mut mask = vec![0u64; words];
@@ -403,8 +381,8 @@ fn bind_to_node(zone: &Zone, node: u32) -> Result<(), MemoryError> {
     let ret = unsafe {
         libc::syscall(
             libc::SYS_mbind,
-            zone.host_addr,
-            zone.size,
+            addr,
+            len,
             MPOL_BIND,
             mask.as_ptr(),
             // maxnode counts bits; the kernel wants one more than the highest.
@@ -414,7 +392,7 @@ fn bind_to_node(zone: &Zone, node: u32) -> Result<(), MemoryError> {
     };
     if ret != 0 {
         return Err(MemoryError::Bind {
-            zone: zone.id.clone(),
+            zone: zone.to_owned(),
             node,
             source: std::io::Error::last_os_error(),
         });
@@ -422,27 +400,23 @@ fn bind_to_node(zone: &Zone, node: u32) -> Result<(), MemoryError> {
     Ok(())
 }
 
-/// Populates every page now (after mbind, so pages land on the bound node).
-fn prefault(zone: &Zone) -> Result<(), MemoryError> {
+/// Populates every page of a mapping now (after mbind, so pages land on
+/// the bound node).
+fn prefault(zone: &str, addr: *mut u8, len: usize) -> Result<(), MemoryError> {
     // SAFETY: advice on our own mapping.
-    let ret = unsafe {
-        libc::madvise(
-            zone.host_addr.cast(),
-            zone.size as usize,
-            MADV_POPULATE_WRITE,
-        )
-    };
+    let ret = unsafe { libc::madvise(addr.cast(), len, MADV_POPULATE_WRITE) };
     if ret == 0 {
         return Ok(());
     }
     if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
-        return Err(os_err(&zone.id, "prefault (MADV_POPULATE_WRITE)"));
+        return Err(os_err(zone, "prefault (MADV_POPULATE_WRITE)"));
     }
     // Kernels before 5.14: touch every page.
     let page = 4096;
-    for off in (0..zone.size as usize).step_by(page) {
-        // SAFETY: inside our mapping; a volatile write of zero allocates the page.
-        unsafe { std::ptr::write_volatile(zone.host_addr.add(off), 0) };
+    for off in (0..len).step_by(page) {
+        // SAFETY: inside our mapping (off < len); a volatile write of zero
+        // allocates the page before the guest runs.
+        unsafe { std::ptr::write_volatile(addr.add(off), 0) };
     }
     Ok(())
 }
@@ -504,6 +478,30 @@ mod tests {
     fn zone_starts_are_2mib_aligned() {
         let l = layout_zones(&[4096, 4096]);
         assert_eq!(l[1][0].gpa, ZONE_ALIGN);
+    }
+
+    /// Before the regions owned their mappings, dropping the zone unmapped
+    /// memory a device thread still used (a SIGSEGV here).
+    #[test]
+    fn guest_memory_outlives_the_manager_while_a_device_holds_it() {
+        use vm_memory::Bytes;
+        for spec in ["id=anon,size=4M", "id=memfd,size=4M,shared=on"] {
+            let zc = MemoryZoneConfig::parse(spec).unwrap();
+            let ranges = layout_zones(&[zc.size]).remove(0);
+            let (zone, regions) = create_zone(&zc, false, ranges).unwrap();
+            let mem = GuestMemoryMmap::from_regions(regions).unwrap();
+            let (go, wait) = std::sync::mpsc::channel::<()>();
+            let device = mem.clone();
+            let worker = std::thread::spawn(move || {
+                wait.recv().unwrap();
+                device.write_obj(0xABu8, GuestAddress(0x1000)).unwrap();
+                device.read_obj::<u8>(GuestAddress(0x1000)).unwrap()
+            });
+            drop(zone);
+            drop(mem);
+            go.send(()).unwrap();
+            assert_eq!(worker.join().unwrap(), 0xAB, "{spec}");
+        }
     }
 
     #[test]

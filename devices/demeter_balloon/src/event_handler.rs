@@ -19,7 +19,7 @@ const CONTROL_TOKEN: u64 = u64::MAX - 1;
 /// A running device thread.
 pub(crate) struct Worker {
     kill: EventFd,
-    thread: Option<JoinHandle<BalloonHandler>>,
+    thread: Option<JoinHandle<Option<BalloonHandler>>>,
 }
 
 impl Worker {
@@ -46,9 +46,9 @@ impl Worker {
             add(slot.event.as_raw_fd(), i as u64)?;
         }
         let thread_kill = kill.try_clone()?;
-        let thread = std::thread::Builder::new()
-            .name("balloon".into())
-            .spawn(move || run(handler, epoll, thread_kill, control, stats_interval))?;
+        let thread = devices::sandbox::spawn("balloon", move || {
+            run(handler, epoll, thread_kill, control, stats_interval)
+        })?;
         Ok(Self {
             kill,
             thread: Some(thread),
@@ -66,7 +66,7 @@ impl Worker {
             error!("balloon: signalling the device thread to stop: {e}");
         }
         match thread.join() {
-            Ok(h) => Some(h),
+            Ok(h) => h,
             Err(_) => {
                 error!("balloon: the device thread panicked");
                 None

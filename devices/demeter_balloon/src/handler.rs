@@ -15,6 +15,7 @@ use virtio_queue::{Queue, QueueOwnedT, QueueT};
 use vm_memory::Bytes;
 use vmm_sys_util::eventfd::EventFd;
 
+use devices::virtio::chain::refuse_indirect;
 use devices::virtio::{
     ActivateError, ActiveQueue, GuestMemoryMmap, VirtioInterrupt, VirtioInterruptType,
 };
@@ -166,6 +167,11 @@ impl BalloonHandler {
             let head = chain.head_index();
             if head >= size {
                 metrics.bad_descriptor(BadDescriptor::BadRing, index);
+                continue;
+            }
+            if refuse_indirect(&slot.queue, mem, head).is_err() {
+                metrics.bad_descriptor(BadDescriptor::IndirectTable, index);
+                used.push(head);
                 continue;
             }
             match kind {

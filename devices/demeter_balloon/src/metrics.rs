@@ -64,17 +64,20 @@ pub enum BadDescriptor {
     BadRing,
     /// A second statistics buffer while one was still held.
     ExtraStatsBuffer,
+    /// An indirect descriptor table (`VIRTIO_RING_F_INDIRECT_DESC` is not offered).
+    IndirectTable,
 }
 
 impl BadDescriptor {
     /// Every reason, in counter order.
-    pub const ALL: [BadDescriptor; 6] = [
+    pub const ALL: [BadDescriptor; 7] = [
         BadDescriptor::WrongDirection,
         BadDescriptor::TooLong,
         BadDescriptor::BadLength,
         BadDescriptor::Unreadable,
         BadDescriptor::BadRing,
         BadDescriptor::ExtraStatsBuffer,
+        BadDescriptor::IndirectTable,
     ];
 
     /// Counter key suffix.
@@ -86,6 +89,7 @@ impl BadDescriptor {
             BadDescriptor::Unreadable => "unreadable",
             BadDescriptor::BadRing => "bad_ring",
             BadDescriptor::ExtraStatsBuffer => "extra_stats_buffer",
+            BadDescriptor::IndirectTable => "indirect_table",
         }
     }
 }

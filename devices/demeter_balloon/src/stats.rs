@@ -71,7 +71,7 @@ pub const GUEST_TAG_COUNT: u16 = 32;
 /// tiered-memory manager's statistics as `tiering-agent run` reports them
 /// (totals over the managed processes; cumulative counters since the
 /// agent started). The rest of the range is reserved.
-pub const GUEST_TAGS: [&str; 13] = [
+pub const GUEST_TAGS: [&str; 15] = [
     // 0x8000: targets (processes) under management and running
     "tiering_targets",
     // 0x8001: pages of the running targets on the FMem node (numa_maps)
@@ -98,6 +98,12 @@ pub const GUEST_TAGS: [&str; 13] = [
     "tiering_agent_cpu_ns",
     // 0x800c: CPU time of the module's worker thread
     "tiering_kernel_cpu_ns",
+    // 0x800d: sampled accesses to FMem pages of the managed processes
+    // (cumulative); with 0x800e, the FMem access ratio and access rate
+    // that the host policy daemon (tier-policy) reads
+    "tiering_fmem_accesses",
+    // 0x800e: sampled accesses to SMem pages (cumulative)
+    "tiering_smem_accesses",
 ];
 
 /// Tag of `tiering_promoted_pages`.
@@ -195,7 +201,9 @@ mod tests {
             assert_eq!(tag_name(0x8009, hetero), Some("tiering_source"));
             assert_eq!(tag_name(0x800c, hetero), Some("tiering_kernel_cpu_ns"));
             // Reserved part of the range, and just outside it: unknown.
-            assert_eq!(tag_name(0x800d, hetero), None);
+            assert_eq!(tag_name(0x800d, hetero), Some("tiering_fmem_accesses"));
+            assert_eq!(tag_name(0x800e, hetero), Some("tiering_smem_accesses"));
+            assert_eq!(tag_name(0x800f, hetero), None);
             assert_eq!(tag_name(0x801f, hetero), None);
             assert_eq!(tag_name(0x7fff, hetero), None);
             assert_eq!(tag_name(0x8020, hetero), None);

@@ -415,6 +415,25 @@ fn malformed_chains_are_counted_skipped_and_returned() {
 }
 
 #[test]
+fn indirect_tables_are_refused_and_returned() {
+    let env = Env::new();
+    let (b, mut d, mut h, _) = start(&env, hetero_config(), F_HETERO);
+    let pfns = d.buf(&pfn(8 * MIB).to_le_bytes());
+    let table = d.buf(&[0u8; 16]);
+    env.mem
+        .write_obj(SplitDescriptor::new(pfns, 4, 0, 0), GuestAddress(table))
+        .unwrap();
+    // VIRTQ_DESC_F_INDIRECT = 4.
+    let raw = RawDescriptor::from(SplitDescriptor::new(table, 16, 4, 0));
+    d.queues[Q_INFLATE].add_desc_chains(&[raw], 0).unwrap();
+    h.process_queue(Q_INFLATE);
+    assert_eq!(b.counters()["bad_descriptor_indirect_table"], 1);
+    assert_eq!(b.counters()["fmem_inflated_pages"], 0);
+    assert_eq!(d.used_count(Q_INFLATE), 1, "the chain is returned");
+    assert!(!h.is_inflated(8 * MIB));
+}
+
+#[test]
 fn corrupt_avail_index_is_counted_not_fatal() {
     let env = Env::new();
     let (b, d, mut h, _) = start(&env, hetero_config(), F_HETERO);

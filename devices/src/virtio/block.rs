@@ -10,6 +10,13 @@
 //! writable byte to put it in), is counted, and the first of each kind is
 //! logged. Data moves through an aligned bounce buffer, so `O_DIRECT`
 //! images work and guest memory is only touched through vm-memory.
+//!
+//! Limits a guest cannot exceed: one request moves at most
+//! [`MAX_REQUEST_BYTES`] (offered as `seg_max` x `size_max`, so a
+//! conforming driver never asks for more; a larger chain is refused
+//! before any I/O), which bounds how long one request holds the device
+//! thread away from its kill event; chains with indirect tables are
+//! refused (`VIRTIO_RING_F_INDIRECT_DESC` is not offered).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
@@ -21,14 +28,15 @@ use std::sync::Arc;
 
 use log::{info, warn};
 use virtio_bindings::virtio_blk::{
-    VIRTIO_BLK_F_FLUSH, VIRTIO_BLK_F_RO, VIRTIO_BLK_F_SEG_MAX, VIRTIO_BLK_ID_BYTES,
-    VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP, VIRTIO_BLK_T_FLUSH,
-    VIRTIO_BLK_T_GET_ID, VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT,
+    VIRTIO_BLK_F_FLUSH, VIRTIO_BLK_F_RO, VIRTIO_BLK_F_SEG_MAX, VIRTIO_BLK_F_SIZE_MAX,
+    VIRTIO_BLK_ID_BYTES, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP,
+    VIRTIO_BLK_T_FLUSH, VIRTIO_BLK_T_GET_ID, VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT,
 };
 use vmm_sys_util::epoll::Epoll;
 use vmm_sys_util::eventfd::EventFd;
 
 use super::chain::ChainBuffers;
+use super::fault::guest_fault;
 use super::worker::{DeviceThread, EpollHandler};
 use super::{
     ActivateError, ActiveQueue, GuestMemoryMmap, Queue, QueueT, VirtioDevice, VirtioInterrupt,
@@ -41,6 +49,13 @@ pub const VIRTIO_ID_BLOCK: u32 = 2;
 pub const SECTOR_SIZE: u64 = 512;
 /// Size of the request header.
 const HEADER_LEN: u64 = 16;
+/// The most data bytes one request may move (reads or writes).
+pub const MAX_REQUEST_BYTES: u64 = 4 << 20;
+/// Smallest segment size offered: Linux wants at least a page.
+const MIN_SEGMENT: u32 = 4096;
+/// Data bytes served per wake-up before the thread goes back to epoll, so
+/// a kill or reset waits for at most this much I/O, however full the queue.
+pub const BATCH_BYTES: u64 = 2 * MAX_REQUEST_BYTES;
 /// Bounce buffer: the most bytes moved per host read/write.
 const CHUNK: usize = 128 * 1024;
 /// Alignment of the bounce buffer (enough for `O_DIRECT` on 4K devices).
@@ -66,6 +81,10 @@ pub struct BlockMetrics {
     pub io_errors: AtomicU64,
     /// Requests of a type the device does not implement.
     pub unsupported: AtomicU64,
+    /// Requests refused for moving more than [`MAX_REQUEST_BYTES`].
+    pub oversized_requests: AtomicU64,
+    /// Guest writes to the (read-only) configuration space, ignored.
+    pub config_writes: AtomicU64,
 }
 
 impl BlockMetrics {
@@ -81,6 +100,8 @@ impl BlockMetrics {
             ("bad_requests", l(&self.bad_requests)),
             ("io_errors", l(&self.io_errors)),
             ("unsupported", l(&self.unsupported)),
+            ("oversized_requests", l(&self.oversized_requests)),
+            ("config_writes", l(&self.config_writes)),
         ]
     }
 }
@@ -189,9 +210,8 @@ impl Block {
     fn config_space(&self) -> [u8; 24] {
         let mut c = [0u8; 24];
         c[0..8].copy_from_slice(&self.sectors.to_le_bytes());
-        // size_max (offset 8) stays 0: no limit offered (no SIZE_MAX).
-        // seg_max: data descriptors per request, leaving header + status.
-        let seg_max = u32::from(self.options.queue_size.saturating_sub(2));
+        let (size_max, seg_max) = segment_limits(self.options.queue_size);
+        c[8..12].copy_from_slice(&size_max.to_le_bytes());
         c[12..16].copy_from_slice(&seg_max.to_le_bytes());
         c
     }
@@ -217,7 +237,8 @@ impl VirtioDevice for Block {
     fn features(&self) -> u64 {
         let mut f = (1u64 << VIRTIO_F_VERSION_1)
             | (1u64 << VIRTIO_BLK_F_FLUSH)
-            | (1u64 << VIRTIO_BLK_F_SEG_MAX);
+            | (1u64 << VIRTIO_BLK_F_SEG_MAX)
+            | (1u64 << VIRTIO_BLK_F_SIZE_MAX);
         if self.options.readonly {
             f |= 1u64 << VIRTIO_BLK_F_RO;
         }
@@ -232,9 +253,13 @@ impl VirtioDevice for Block {
 
     fn write_config(&mut self, offset: u64, data: &[u8]) {
         // Only `writeback` is writable, and only with CONFIG_WCE (not offered).
-        warn!(
-            "block: ignoring a {}-byte write at config offset {offset}",
-            data.len()
+        guest_fault(
+            &self.metrics.config_writes,
+            "block",
+            format_args!(
+                "ignoring a {}-byte write at config offset {offset}",
+                data.len()
+            ),
         );
     }
 
@@ -321,12 +346,19 @@ impl EpollHandler for Server {
 }
 
 impl Server {
-    /// Serves every available request; returns how many were completed.
+    /// Serves available requests until the ring is empty or
+    /// [`BATCH_BYTES`] were moved; in the latter case it signals its own
+    /// queue eventfd to come back after the epoll loop has looked for a
+    /// kill. Returns how many requests were completed.
     fn process(&mut self) -> usize {
         let mut done = 0;
-        while let Some(chain) = self.queue.pop_descriptor_chain(&self.mem) {
-            let head = chain.head_index();
-            let used = match ChainBuffers::parse(chain, &self.mem) {
+        let mut budget = BATCH_BYTES;
+        while let Some((head, parsed)) = ChainBuffers::pop(&mut self.queue, &self.mem) {
+            if let Ok(b) = &parsed {
+                let moved = b.readable_len().saturating_add(b.writable_len());
+                budget = budget.saturating_sub(moved);
+            }
+            let used = match parsed {
                 Ok(buffers) => self.serve(&buffers),
                 Err(e) => {
                     self.count_bad(&e.to_string());
@@ -334,10 +366,16 @@ impl Server {
                 }
             };
             if let Err(e) = self.queue.add_used(&self.mem, head, used) {
-                warn!("block: adding used buffer: {e}");
+                self.count_bad(&format!("adding used buffer {head}: {e}"));
                 continue;
             }
             done += 1;
+            if budget == 0 {
+                if let Err(e) = self.queue_evt.write(1) {
+                    warn!("block: re-arming the queue after a full batch: {e}");
+                }
+                break;
+            }
         }
         if done > 0 && self.queue.needs_notification(&self.mem).unwrap_or(true) {
             if let Err(e) = self.interrupt.trigger(VirtioInterruptType::Queue(0)) {
@@ -348,9 +386,11 @@ impl Server {
     }
 
     fn count_bad(&self, why: &str) {
-        if self.metrics.bad_requests.fetch_add(1, Ordering::Relaxed) == 0 {
-            warn!("block: malformed request: {why} (further ones only counted)");
-        }
+        guest_fault(
+            &self.metrics.bad_requests,
+            "block",
+            format_args!("malformed request: {why}"),
+        );
     }
 
     /// Serves one request; returns the used length (bytes written to the chain).
@@ -361,6 +401,20 @@ impl Server {
             self.count_bad("no writable status byte");
             return 0;
         };
+        let data_bytes = (b.readable_len().saturating_sub(HEADER_LEN)).max(status_at);
+        if data_bytes > MAX_REQUEST_BYTES {
+            guest_fault(
+                &self.metrics.oversized_requests,
+                "block",
+                format_args!(
+                    "refusing a {data_bytes}-byte request (the limit is {MAX_REQUEST_BYTES})"
+                ),
+            );
+            return match b.write_at(&self.mem, status_at, &[VIRTIO_BLK_S_IOERR as u8]) {
+                Ok(()) => 1,
+                Err(_) => 0,
+            };
+        }
         let (status, data) = match self.execute(b, status_at) {
             Ok(data) => (VIRTIO_BLK_S_OK, data),
             Err(Failure::Bad(why)) => {
@@ -490,6 +544,16 @@ impl Server {
         self.metrics.write_bytes.fetch_add(len, Ordering::Relaxed);
         Ok(0)
     }
+}
+
+/// `(size_max, seg_max)` for a queue of `queue_size` entries: seg_max
+/// leaves room for the header and status descriptors, and size_max keeps
+/// seg_max x size_max within [`MAX_REQUEST_BYTES`].
+fn segment_limits(queue_size: u16) -> (u32, u32) {
+    let cap = u32::try_from(MAX_REQUEST_BYTES).unwrap_or(u32::MAX);
+    let seg_max = u32::from(queue_size.saturating_sub(2)).clamp(1, cap / MIN_SEGMENT);
+    let size_max = (cap / seg_max / MIN_SEGMENT * MIN_SEGMENT).max(MIN_SEGMENT);
+    (size_max, seg_max)
 }
 
 #[cfg(test)]

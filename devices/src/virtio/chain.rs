@@ -8,8 +8,9 @@
 
 use std::ops::Deref;
 
-use virtio_queue::DescriptorChain;
-use vm_memory::{Bytes, GuestAddress, GuestMemory, Permissions};
+use virtio_queue::desc::split::Descriptor;
+use virtio_queue::{DescriptorChain, Queue, QueueT};
+use vm_memory::{Address, Bytes, GuestAddress, GuestMemory, Permissions};
 
 use super::GuestMemoryMmap;
 
@@ -30,6 +31,49 @@ pub enum ChainError {
     /// A copy past the end of the readable or writable part.
     #[error("access beyond the end of the chain")]
     OutOfRange,
+    /// An indirect descriptor, although `VIRTIO_RING_F_INDIRECT_DESC` was
+    /// not negotiated (no device here offers it).
+    #[error("indirect descriptor table without VIRTIO_RING_F_INDIRECT_DESC")]
+    IndirectNotNegotiated,
+}
+
+/// Refuses the chain at `head` if it refers to an indirect descriptor
+/// table. The virtio-queue iterator follows `VIRTQ_DESC_F_INDIRECT`
+/// whatever was negotiated, so every device calls this before it walks a
+/// chain (virtio 1.2 section 2.7.5.3.1: a driver must not use indirect
+/// descriptors unless the feature was negotiated). It reads the direct
+/// table only, at most `queue.size()` descriptors. A driver that rewrites
+/// the descriptor between this check and the walk gains nothing the crate
+/// does not already bound: the walk is still capped by the table size and
+/// the 4 GiB chain limit, and each device caps the bytes it serves.
+pub fn refuse_indirect(queue: &Queue, mem: &GuestMemoryMmap, head: u16) -> Result<(), ChainError> {
+    let table = GuestAddress(queue.desc_table());
+    let size = queue.size();
+    let mut index = head;
+    for _ in 0..size {
+        if index >= size {
+            // The crate's walk ends here too.
+            return Ok(());
+        }
+        let at = table
+            .checked_add(u64::from(index) * std::mem::size_of::<Descriptor>() as u64)
+            .ok_or(ChainError::OutsideMemory {
+                addr: table.0,
+                len: 0,
+            })?;
+        // An unreadable entry ends the crate's walk as well: nothing to refuse.
+        let Ok(desc) = mem.read_obj::<Descriptor>(at) else {
+            return Ok(());
+        };
+        if desc.refers_to_indirect_table() {
+            return Err(ChainError::IndirectNotNegotiated);
+        }
+        if !desc.has_next() {
+            return Ok(());
+        }
+        index = desc.next();
+    }
+    Ok(())
 }
 
 /// The buffers of one descriptor chain, split by direction.
@@ -81,6 +125,20 @@ impl ChainBuffers {
             }
         }
         Ok(out)
+    }
+
+    /// Pops the next available chain of `queue` and parses it, refusing
+    /// indirect tables ([`refuse_indirect`]). Returns its head index (to
+    /// give it back in the used ring whatever the outcome); None when the
+    /// driver has made nothing available.
+    pub fn pop(
+        queue: &mut Queue,
+        mem: &GuestMemoryMmap,
+    ) -> Option<(u16, Result<Self, ChainError>)> {
+        let chain = queue.pop_descriptor_chain(mem)?;
+        let head = chain.head_index();
+        let parsed = refuse_indirect(queue, mem, head).and_then(|()| Self::parse(chain, mem));
+        Some((head, parsed))
     }
 
     /// Bytes the device may read.
@@ -212,6 +270,52 @@ mod tests {
             b.read_at(&m, u64::MAX, &mut out),
             Err(ChainError::OutOfRange)
         );
+    }
+
+    #[test]
+    fn indirect_tables_are_refused_wherever_they_sit_in_the_chain() {
+        use virtio_bindings::virtio_ring::{VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT};
+        const I: u16 = VRING_DESC_F_INDIRECT as u16;
+        const N: u16 = VRING_DESC_F_NEXT as u16;
+        let m = mem();
+        let vq = MockSplitQueue::new(&m, 16);
+        // Head 0: direct only. Head 2: direct, then an indirect table.
+        // Head 5: an indirect table as the head.
+        vq.desc_table()
+            .store(
+                0,
+                RawDescriptor::from(SplitDescriptor::new(0x10_0000, 16, N, 1)),
+            )
+            .unwrap();
+        vq.desc_table().store(1, desc(0x10_1000, 16, W)).unwrap();
+        vq.desc_table()
+            .store(
+                2,
+                RawDescriptor::from(SplitDescriptor::new(0x10_0000, 16, N, 3)),
+            )
+            .unwrap();
+        vq.desc_table().store(3, desc(0x12_0000, 32, I)).unwrap();
+        vq.desc_table().store(5, desc(0x12_0000, 32, I)).unwrap();
+        let q: Queue = vq.create_queue().unwrap();
+        assert_eq!(refuse_indirect(&q, &m, 0), Ok(()));
+        assert_eq!(
+            refuse_indirect(&q, &m, 2),
+            Err(ChainError::IndirectNotNegotiated)
+        );
+        assert_eq!(
+            refuse_indirect(&q, &m, 5),
+            Err(ChainError::IndirectNotNegotiated)
+        );
+        // A loop of NEXT links ends after the table size.
+        vq.desc_table()
+            .store(
+                7,
+                RawDescriptor::from(SplitDescriptor::new(0x10_0000, 16, N, 7)),
+            )
+            .unwrap();
+        assert_eq!(refuse_indirect(&q, &m, 7), Ok(()));
+        // A head past the table is left to the crate (which yields nothing).
+        assert_eq!(refuse_indirect(&q, &m, 99), Ok(()));
     }
 
     #[test]

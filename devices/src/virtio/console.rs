@@ -17,6 +17,7 @@ use vmm_sys_util::epoll::Epoll;
 use vmm_sys_util::eventfd::EventFd;
 
 use super::chain::ChainBuffers;
+use super::fault::guest_fault;
 use super::worker::{DeviceThread, EpollHandler};
 use super::{
     read_config_from_slice, ActivateError, ActiveQueue, GuestMemoryMmap, Queue, QueueT,
@@ -82,6 +83,8 @@ pub struct ConsoleMetrics {
     pub bad_descriptors: AtomicU64,
     /// Writes to the host output that failed.
     pub output_errors: AtomicU64,
+    /// Guest writes to the configuration space, ignored.
+    pub config_writes: AtomicU64,
 }
 
 impl ConsoleMetrics {
@@ -93,6 +96,7 @@ impl ConsoleMetrics {
             ("rx_bytes", l(&self.rx_bytes)),
             ("bad_descriptors", l(&self.bad_descriptors)),
             ("output_errors", l(&self.output_errors)),
+            ("config_writes", l(&self.config_writes)),
         ]
     }
 }
@@ -150,9 +154,13 @@ impl VirtioDevice for Console {
     }
 
     fn write_config(&mut self, offset: u64, data: &[u8]) {
-        warn!(
-            "console: ignoring a {}-byte config write at offset {offset} (EMERG_WRITE not offered)",
-            data.len()
+        guest_fault(
+            &self.metrics.config_writes,
+            "console",
+            format_args!(
+                "ignoring a {}-byte config write at offset {offset} (EMERG_WRITE not offered)",
+                data.len()
+            ),
         );
     }
 
@@ -253,9 +261,11 @@ impl EpollHandler for Port {
 
 impl Port {
     fn bad(&self, what: &str) {
-        if self.metrics.bad_descriptors.fetch_add(1, Ordering::Relaxed) == 0 {
-            warn!("console: malformed chain ({what}); returned unused");
-        }
+        guest_fault(
+            &self.metrics.bad_descriptors,
+            "console",
+            format_args!("malformed chain ({what}); returned unused"),
+        );
     }
 
     fn notify(&mut self, queue: u16) {
@@ -276,15 +286,14 @@ impl Port {
     fn transmit(&mut self) -> usize {
         let mut done = 0;
         let mut buf = vec![0u8; CHUNK];
-        while let Some(chain) = self.tx.pop_descriptor_chain(&self.mem) {
-            let head = chain.head_index();
-            match ChainBuffers::parse(chain, &self.mem) {
+        while let Some((head, parsed)) = ChainBuffers::pop(&mut self.tx, &self.mem) {
+            match parsed {
                 Ok(b) if b.writable_len() == 0 => self.write_out(&b, &mut buf),
                 Ok(_) => self.bad("device-writable buffer on the transmit queue"),
                 Err(e) => self.bad(&e.to_string()),
             }
             if let Err(e) = self.tx.add_used(&self.mem, head, 0) {
-                warn!("console: adding used buffer: {e}");
+                self.bad(&format!("adding used buffer {head}: {e}"));
                 continue;
             }
             done += 1;
@@ -328,12 +337,11 @@ impl Port {
             if pending.is_empty() {
                 break;
             }
-            let Some(chain) = self.rx.pop_descriptor_chain(&self.mem) else {
+            let Some((head, parsed)) = ChainBuffers::pop(&mut self.rx, &self.mem) else {
                 break; // kept until the guest posts a buffer (RX_TOKEN)
             };
-            let head = chain.head_index();
             let mut written = 0u32;
-            match ChainBuffers::parse(chain, &self.mem) {
+            match parsed {
                 Ok(b) if b.readable_len() == 0 => {
                     // Bounded by MAX_PENDING_INPUT, so it fits in u32.
                     let n = pending
@@ -353,7 +361,7 @@ impl Port {
             }
             drop(pending);
             if let Err(e) = self.rx.add_used(&self.mem, head, written) {
-                warn!("console: adding used buffer: {e}");
+                self.bad(&format!("adding used buffer {head}: {e}"));
                 break;
             }
             used += 1;

@@ -13,6 +13,9 @@
 pub mod block;
 pub mod chain;
 pub mod console;
+pub mod fault;
+#[cfg(test)]
+mod fuzz_support;
 mod mmio;
 pub mod net;
 pub mod rng;

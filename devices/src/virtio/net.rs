@@ -29,6 +29,7 @@ use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 
 use super::chain::ChainBuffers;
+use super::fault::guest_fault;
 use super::tap::VNET_HDR_LEN;
 use super::worker::{DeviceThread, EpollHandler};
 use super::{
@@ -73,6 +74,8 @@ pub struct NetMetrics {
     pub tap_errors: AtomicU64,
     /// Times RX stopped reading the TAP for want of guest buffers.
     pub rx_no_buffers: AtomicU64,
+    /// Guest writes to the configuration space, ignored.
+    pub config_writes: AtomicU64,
 }
 
 impl NetMetrics {
@@ -89,6 +92,7 @@ impl NetMetrics {
             ("bad_descriptors", l(&self.bad_descriptors)),
             ("tap_errors", l(&self.tap_errors)),
             ("rx_no_buffers", l(&self.rx_no_buffers)),
+            ("config_writes", l(&self.config_writes)),
         ]
     }
 }
@@ -174,9 +178,13 @@ impl VirtioDevice for Net {
 
     fn write_config(&mut self, offset: u64, data: &[u8]) {
         // The MAC is writable only by legacy drivers without CTRL_MAC_ADDR.
-        warn!(
-            "net: ignoring a {}-byte write at config offset {offset}",
-            data.len()
+        guest_fault(
+            &self.metrics.config_writes,
+            "net",
+            format_args!(
+                "ignoring a {}-byte write at config offset {offset}",
+                data.len()
+            ),
         );
     }
 
@@ -302,9 +310,11 @@ impl Server {
     }
 
     fn count_bad(&self, why: &str) {
-        if self.metrics.bad_descriptors.fetch_add(1, Ordering::Relaxed) == 0 {
-            warn!("net: malformed chain: {why} (further ones only counted)");
-        }
+        guest_fault(
+            &self.metrics.bad_descriptors,
+            "net",
+            format_args!("malformed chain: {why}"),
+        );
     }
 
     fn tap_error(&self, what: &str, e: &io::Error) {
@@ -375,14 +385,13 @@ impl Server {
                     }
                 },
             };
-            let Some(chain) = self.rx.pop_descriptor_chain(&self.mem) else {
+            let Some((head, parsed)) = ChainBuffers::pop(&mut self.rx, &self.mem) else {
                 // Keep the frame; wait for the guest's next RX notification.
                 self.metrics.rx_no_buffers.fetch_add(1, Ordering::Relaxed);
                 self.arm_tap(epoll, false);
                 break;
             };
-            let head = chain.head_index();
-            let written = match ChainBuffers::parse(chain, &self.mem) {
+            let written = match parsed {
                 Err(e) => {
                     self.count_bad(&e.to_string());
                     0
@@ -406,7 +415,7 @@ impl Server {
                 Ok(b) => self.deliver(&b, len),
             };
             if let Err(e) = self.rx.add_used(&self.mem, head, written) {
-                warn!("net: adding used RX buffer: {e}");
+                self.count_bad(&format!("adding used RX buffer {head}: {e}"));
                 break;
             }
             used = true;
@@ -437,9 +446,8 @@ impl Server {
     /// Sends every frame the guest queued.
     fn process_tx(&mut self) {
         let mut used = false;
-        while let Some(chain) = self.tx.pop_descriptor_chain(&self.mem) {
-            let head = chain.head_index();
-            match ChainBuffers::parse(chain, &self.mem) {
+        while let Some((head, parsed)) = ChainBuffers::pop(&mut self.tx, &self.mem) {
+            match parsed {
                 Err(e) => self.count_bad(&e.to_string()),
                 Ok(b) if b.writable_len() != 0 => {
                     self.count_bad("transmit buffer with device-writable descriptors")
@@ -447,7 +455,7 @@ impl Server {
                 Ok(b) => self.send(&b),
             }
             if let Err(e) = self.tx.add_used(&self.mem, head, 0) {
-                warn!("net: adding used TX buffer: {e}");
+                self.count_bad(&format!("adding used TX buffer {head}: {e}"));
                 break;
             }
             used = true;

@@ -20,6 +20,8 @@ use vm_memory::Bytes;
 use vmm_sys_util::epoll::Epoll;
 use vmm_sys_util::eventfd::EventFd;
 
+use super::chain::refuse_indirect;
+use super::fault::guest_fault;
 use super::worker::{DeviceThread, EpollHandler};
 use super::{
     ActivateError, ActiveQueue, GuestMemoryMmap, Queue, QueueT, VirtioDevice, VirtioInterrupt,
@@ -46,6 +48,8 @@ pub struct RngMetrics {
     pub bad_descriptors: AtomicU64,
     /// Reads from the source that failed.
     pub source_errors: AtomicU64,
+    /// Guest writes to the (empty) configuration space, ignored.
+    pub config_writes: AtomicU64,
 }
 
 impl RngMetrics {
@@ -59,6 +63,7 @@ impl RngMetrics {
                 self.bad_descriptors.load(Ordering::Relaxed),
             ),
             ("source_errors", self.source_errors.load(Ordering::Relaxed)),
+            ("config_writes", self.config_writes.load(Ordering::Relaxed)),
         ]
     }
 }
@@ -118,9 +123,13 @@ impl VirtioDevice for Rng {
     }
 
     fn write_config(&mut self, offset: u64, data: &[u8]) {
-        warn!(
-            "rng: ignoring a {}-byte write at config offset {offset}: the device has no configuration",
-            data.len()
+        guest_fault(
+            &self.metrics.config_writes,
+            "rng",
+            format_args!(
+                "ignoring a {}-byte write at config offset {offset}: the device has no configuration",
+                data.len()
+            ),
         );
     }
 
@@ -196,8 +205,11 @@ impl Filler {
         let chains: Vec<_> = match self.queue.iter(mem) {
             Ok(it) => it.collect(),
             Err(e) => {
-                self.metrics.bad_descriptors.fetch_add(1, Ordering::Relaxed);
-                warn!("rng: request queue is unusable: {e}");
+                guest_fault(
+                    &self.metrics.bad_descriptors,
+                    "rng",
+                    format_args!("request queue is unusable: {e}"),
+                );
                 return 0;
             }
         };
@@ -206,8 +218,10 @@ impl Filler {
         for chain in chains {
             let head = chain.head_index();
             let mut written: u32 = 0;
-            let mut bad = false;
-            for desc in chain {
+            // Not offered, so never negotiated: refuse the whole chain.
+            let mut bad = refuse_indirect(&self.queue, mem, head).is_err();
+            let walk = (!bad).then_some(chain);
+            for desc in walk.into_iter().flatten() {
                 if !desc.is_write_only() {
                     bad = true;
                     break;
@@ -237,13 +251,21 @@ impl Filler {
                 }
             }
             if bad {
-                if self.metrics.bad_descriptors.fetch_add(1, Ordering::Relaxed) == 0 {
-                    warn!("rng: malformed request (device-readable or outside guest RAM); returned unfilled");
-                }
+                guest_fault(
+                    &self.metrics.bad_descriptors,
+                    "rng",
+                    format_args!(
+                        "malformed request (device-readable, indirect or outside guest RAM); returned unfilled"
+                    ),
+                );
                 written = 0;
             }
             if let Err(e) = self.queue.add_used(mem, head, written) {
-                warn!("rng: adding used buffer: {e}");
+                guest_fault(
+                    &self.metrics.bad_descriptors,
+                    "rng",
+                    format_args!("adding used buffer {head}: {e}"),
+                );
                 continue;
             }
             self.metrics.requests.fetch_add(1, Ordering::Relaxed);
@@ -309,6 +331,60 @@ mod tests {
             .expect("read");
         assert!(out.iter().any(|&b| b != 0), "buffer stayed zero");
         assert_eq!(f.metrics.bytes.load(Ordering::Relaxed), 512);
+    }
+
+    #[test]
+    fn indirect_chain_is_returned_unfilled() {
+        use virtio_bindings::virtio_ring::VRING_DESC_F_INDIRECT;
+        let m = mem();
+        let vq = MockSplitQueue::new(&m, 16);
+        m.write_obj(
+            SplitDescriptor::new(0x10_0000, 64, VRING_DESC_F_WRITE as u16, 0),
+            GuestAddress(0x12_0000),
+        )
+        .expect("table");
+        vq.build_desc_chain(&[desc(0x12_0000, 16, VRING_DESC_F_INDIRECT as u16)])
+            .expect("chain");
+        let mut f = filler(&m, vq.create_queue().expect("queue"));
+        assert_eq!(f.process(), 1);
+        assert_eq!(used_len(&m, &vq, 0), 0);
+        let mut out = [0u8; 64];
+        m.read_slice(&mut out, GuestAddress(0x10_0000))
+            .expect("read");
+        assert_eq!(out, [0u8; 64], "the indirect buffer was filled");
+        assert_eq!(f.metrics.bad_descriptors.load(Ordering::Relaxed), 1);
+    }
+
+    mod fuzz {
+        use super::*;
+        use crate::virtio::fuzz_support::{cases, load, memory, ring_image, used_idx};
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(cases()))]
+            #[test]
+            fn fuzz_rng_requests(img in ring_image()) {
+                let m = memory();
+                let mut f = filler(&m, load(&m, 0, &img));
+                let done = f.process();
+                if !img.may_write_rings() {
+                    prop_assert_eq!(used_idx(&m, 0), f.queue.next_used());
+                }
+                prop_assert_eq!(done as u64, f.metrics.requests.load(Ordering::Relaxed));
+                prop_assert!(
+                    f.metrics.bytes.load(Ordering::Relaxed) <= done as u64 * MAX_REQUEST_BYTES as u64
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn config_writes_are_counted() {
+        let mut r = Rng::new(Path::new("/dev/urandom")).expect("rng");
+        for _ in 0..100 {
+            r.write_config(0, &[1]);
+        }
+        assert_eq!(r.metrics().config_writes.load(Ordering::Relaxed), 100);
     }
 
     #[test]

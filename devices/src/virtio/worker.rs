@@ -24,7 +24,7 @@ pub(crate) trait EpollHandler: Send + 'static {
 /// A running device thread.
 pub(crate) struct DeviceThread<S> {
     kill: EventFd,
-    thread: Option<JoinHandle<S>>,
+    thread: Option<JoinHandle<Option<S>>>,
 }
 
 impl<S: EpollHandler> DeviceThread<S> {
@@ -47,29 +47,28 @@ impl<S: EpollHandler> DeviceThread<S> {
         }
         let thread_kill = kill.try_clone()?;
         let label = name.to_owned();
-        let thread = std::thread::Builder::new()
-            .name(name.into())
-            .spawn(move || {
-                state.start(&epoll);
-                let mut events = [EpollEvent::default(); 8];
-                loop {
-                    let n = match epoll.wait(-1, &mut events) {
-                        Ok(n) => n,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                        Err(e) => {
-                            error!("{label}: epoll_wait failed, stopping the device thread: {e}");
-                            return state;
-                        }
-                    };
-                    for ev in &events[..n] {
-                        if ev.data() == KILL_TOKEN {
-                            let _ = thread_kill.read();
-                            return state;
-                        }
-                        state.event(ev.data(), &epoll);
+        let thread = crate::sandbox::spawn(name, move || {
+            state.start(&epoll);
+            let mut events = [EpollEvent::default(); 8];
+            loop {
+                let n = match epoll.wait(-1, &mut events) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        error!("{label}: epoll_wait failed, stopping the device thread: {e}");
+                        return state;
                     }
+                };
+                // A kill wins over work that became ready with it.
+                if events[..n].iter().any(|ev| ev.data() == KILL_TOKEN) {
+                    let _ = thread_kill.read();
+                    return state;
                 }
-            })?;
+                for ev in &events[..n] {
+                    state.event(ev.data(), &epoll);
+                }
+            }
+        })?;
         Ok(Self {
             kill,
             thread: Some(thread),
@@ -82,7 +81,7 @@ impl<S: EpollHandler> DeviceThread<S> {
         if let Err(e) = self.kill.write(1) {
             error!("signalling a device thread to stop: {e}");
         }
-        thread.join().ok()
+        thread.join().ok().flatten()
     }
 }
 

@@ -182,3 +182,75 @@ fn random_chains_do_not_panic() {
         p.receive();
     }
 }
+
+#[test]
+fn indirect_transmit_chain_is_refused_unsent() {
+    use virtio_bindings::virtio_ring::VRING_DESC_F_INDIRECT;
+    let m = mem();
+    let (rx, tx) = queues(&m);
+    m.write_slice(b"secret", GuestAddress(0x10_0000)).unwrap();
+    m.write_obj(
+        SplitDescriptor::new(0x10_0000, 6, R, 0),
+        GuestAddress(0x12_0000),
+    )
+    .unwrap();
+    tx.build_desc_chain(&[desc(0x12_0000, 16, VRING_DESC_F_INDIRECT as u16, 0)])
+        .unwrap();
+    let sink = Sink::default();
+    let mut p = port(&m, &rx, &tx, &sink);
+    assert_eq!(p.transmit(), 1);
+    assert!(sink.0.lock().unwrap().is_empty(), "indirect data was sent");
+    assert_eq!(p.metrics.bad_descriptors.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn config_writes_are_counted() {
+    let mut c = Console::new(Box::new(Sink::default()), None);
+    for _ in 0..500 {
+        c.write_config(0, &[0xff; 4]);
+    }
+    assert_eq!(c.metrics().config_writes.load(Ordering::Relaxed), 500);
+}
+
+mod fuzz {
+    use super::*;
+    use crate::virtio::fuzz_support::{cases, load, memory, ring_image, used_idx};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(cases()))]
+        #[test]
+        fn fuzz_console_queues(
+            rx_img in ring_image(),
+            tx_img in ring_image(),
+            input in prop::collection::vec(any::<u8>(), 0..300),
+        ) {
+            let m = memory();
+            let sink = Sink::default();
+            let rx = load(&m, 0, &rx_img);
+            let tx = load(&m, 0x400, &tx_img);
+            let console_input = Arc::new(ConsoleInput::new().unwrap());
+            console_input.push(&input);
+            let mut p = Port {
+                mem: m.clone(),
+                interrupt: Arc::new(NoopInterrupt),
+                rx,
+                rx_evt: EventFd::new(libc::EFD_NONBLOCK).unwrap(),
+                tx,
+                tx_evt: EventFd::new(libc::EFD_NONBLOCK).unwrap(),
+                output: Arc::new(Mutex::new(Box::new(sink.clone()))),
+                input: Some(console_input),
+                metrics: Arc::new(ConsoleMetrics::default()),
+            };
+            p.transmit();
+            p.receive();
+            if !rx_img.may_write_rings() {
+                prop_assert_eq!(used_idx(&m, 0x400), p.tx.next_used());
+                prop_assert_eq!(used_idx(&m, 0), p.rx.next_used());
+            }
+            let sent = sink.0.lock().unwrap().len() as u64;
+            prop_assert_eq!(sent, p.metrics.tx_bytes.load(Ordering::Relaxed));
+            prop_assert!(p.metrics.rx_bytes.load(Ordering::Relaxed) <= input.len() as u64);
+        }
+    }
+}

@@ -327,3 +327,98 @@ fn device_config_space_and_features() {
     }
     assert_eq!(n.queue_max_sizes(), vec![256, 256]);
 }
+
+#[test]
+fn tx_refuses_indirect_chains_without_sending() {
+    use virtio_bindings::virtio_ring::VRING_DESC_F_INDIRECT;
+    let mut r = rig();
+    let table = BUF + 0x4000;
+    r.m.write_slice(&frame(7, 100), GuestAddress(BUF)).unwrap();
+    r.m.write_obj(SplitDescriptor::new(BUF, 100, R, 0), GuestAddress(table))
+        .unwrap();
+    add_chain(&r.m, TXQ, 0, &[(table, 16, VRING_DESC_F_INDIRECT as u16)]);
+    r.server.process_tx();
+    assert_eq!(used(&r.m, TXQ, 0).0, 1, "the chain is returned");
+    assert!(r.host.recv(&mut [0u8; 128]).is_err(), "indirect frame sent");
+    assert_eq!(r.server.metrics.bad_descriptors.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn config_writes_are_counted() {
+    let (dev, _host) = UnixDatagram::pair().unwrap();
+    let mut n = Net::new(
+        File::from(OwnedFd::from(dev)),
+        NetOptions {
+            mac: [2, 0, 0, 0, 0, 1],
+            mtu: None,
+            queue_size: 256,
+        },
+    );
+    for i in 0..300 {
+        n.write_config(i % 6, &[0xee]);
+    }
+    assert_eq!(n.metrics().config_writes.load(Ordering::Relaxed), 300);
+    let mut mac = [0u8; 6];
+    n.read_config(0, &mut mac);
+    assert_eq!(mac, [2, 0, 0, 0, 0, 1], "the MAC must not change");
+}
+
+mod fuzz {
+    use super::*;
+    use crate::virtio::fuzz_support::{cases, load, memory, ring_image, used_idx};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(cases()))]
+        #[test]
+        fn fuzz_net_queues(
+            rx_img in ring_image(),
+            tx_img in ring_image(),
+            frames in prop::collection::vec(0usize..3000, 0..4),
+        ) {
+            let m = memory();
+            let (dev, host) = UnixDatagram::pair().unwrap();
+            dev.set_nonblocking(true).unwrap();
+            host.set_nonblocking(true).unwrap();
+            let tap = File::from(OwnedFd::from(dev));
+            let epoll = Epoll::new().unwrap();
+            epoll
+                .ctl(
+                    ControlOperation::Add,
+                    tap.as_raw_fd(),
+                    EpollEvent::new(EventSet::IN, TAP_TOKEN),
+                )
+                .unwrap();
+            let q = |index, queue| ActiveQueue {
+                index,
+                queue,
+                event: EventFd::new(libc::EFD_NONBLOCK).unwrap(),
+            };
+            let metrics = Arc::new(NetMetrics::default());
+            let mut server = Server::new(
+                m.clone(),
+                Arc::new(NoopInterrupt),
+                q(0, load(&m, 0, &rx_img)),
+                q(1, load(&m, 0x400, &tx_img)),
+                tap,
+                metrics.clone(),
+            );
+            // Raw datagrams: runts (shorter than the vnet header) too.
+            for &len in &frames {
+                let _ = host.send(&vec![0x5a; len.max(1)]);
+            }
+            server.process_tx();
+            server.process_rx(&epoll);
+            let mut sent = 0u64;
+            while host.recv(&mut [0u8; 70_000]).is_ok() {
+                sent += 1;
+            }
+            prop_assert_eq!(sent, metrics.tx_frames.load(Ordering::Relaxed));
+            if !rx_img.may_write_rings() {
+                prop_assert_eq!(used_idx(&m, 0x400), server.tx.next_used());
+                prop_assert_eq!(used_idx(&m, 0), server.rx.next_used());
+            }
+            prop_assert!(metrics.rx_frames.load(Ordering::Relaxed) <= frames.len() as u64);
+        }
+    }
+}

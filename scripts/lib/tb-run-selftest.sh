@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Self-test of the testbed harness's crash accounting (scripts/lib/tb-run.sh)
+# without QEMU: L1 boots are replaced by a stub that replays a script of
+# scenario outcomes. Checks that a guest triple fault or a VMM crash is
+# kept as evidence, re-run once, reported with a CRASH line and a crash
+# rate, and fails the run when the same scenario crashes twice.
+set -uo pipefail
+ROOT=${TB_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
+TB_ROOT=$ROOT
+# shellcheck source=scripts/lib/tb-common.sh
+source "$ROOT/scripts/lib/tb-common.sh"
+# shellcheck source=scripts/lib/tb-run.sh
+source "${TB_RUN_SH:-$ROOT/scripts/lib/tb-run.sh}"
+
+pass=0
+fail=0
+check() { # NAME CONDITION...
+    local name=$1
+    shift
+    if "$@"; then pass=$((pass + 1)); else
+        fail=$((fail + 1))
+        echo "FAIL: $name"
+    fi
+}
+
+# OUTCOMES["boot:scenario"] = pass | triple | seccomp | fail
+declare -A OUTCOMES
+tb_boot_l1() { # the stub: one "L1 boot" replaying OUTCOMES
+    local attempt=$1 s
+    shift
+    TB_L1_BOOTS=$((TB_L1_BOOTS + 1))
+    for s; do
+        mkdir -p "$RUN_DIR/$s"
+        : >"$RUN_DIR/$s/vmm.stderr"
+        case ${OUTCOMES[$attempt:$s]:-pass} in
+        pass) TB_RESULT[$s]=PASS ;;
+        fail) TB_RESULT[$s]=FAIL ;;
+        triple)
+            TB_RESULT[$s]=FAIL
+            echo "cloud-hypervisor: guest triple fault on vcpu0" >"$RUN_DIR/$s/vmm.stderr"
+            ;;
+        seccomp)
+            TB_RESULT[$s]=FAIL
+            echo "cloud-hypervisor: seccomp: a vcpu thread made a forbidden syscall 257 (run with --seccomp log to find every one)" >"$RUN_DIR/$s/vmm.stderr"
+            ;;
+        esac
+        echo "boot $attempt" >"$RUN_DIR/$s/serial.log"
+    done
+    return 0
+}
+
+OUT_FILE=$(mktemp)
+RUN_DIRS=()
+cleanup() { rm -rf "$OUT_FILE" "${RUN_DIRS[@]}"; }
+trap cleanup EXIT
+run_case() { # runs the stubbed boots and the summary into OUT_FILE; sets rc and out
+    RUN_DIR=$(mktemp -d)
+    RUN_DIRS+=("$RUN_DIR")
+    MODE=nested RETRY=1 QUIET=1 TB_OVERALL_DEADLINE=$(($(tb_host_ms) + 600000))
+    TB_RESULT=() TB_RC=() TB_MS=() TB_NOTE=() TB_JSON=() TB_L1_FAILS=() TB_L1_BOOTS=0
+    TB_GUEST_CRASHES=() TB_CRASH_COUNT=() TB_RUN_COUNT=() TB_CRASH_WHERE=()
+    declare -gA TB_TIMEOUTS=([a]=60 [b]=60)
+    tb_run_nested_boots a b >"$OUT_FILE" 2>&1
+    tb_summary a b >>"$OUT_FILE" 2>&1
+    rc=$?
+    out=$(cat "$OUT_FILE")
+}
+
+# 1. a triple fault, then a pass: evidence kept, reported, run passes.
+OUTCOMES=([1:a]=triple)
+run_case
+check "one crash then a pass exits 0" test "$rc" -eq 0
+check "CRASH line with the rate" grep -q '^CRASH a  *1 of 2 runs crashed: boot 1: guest triple fault, evidence in a.boot1' <<<"$out"
+check "evidence directory kept" test -f "$RUN_DIR/a.boot1/vmm.stderr"
+check "the re-run passed" grep -q '^SUMMARY a  *PASS' <<<"$out"
+check "b untouched" grep -q '^SUMMARY b  *PASS' <<<"$out"
+check "no CRASH line for b" bash -c '! grep -q "^CRASH b" <<<"$1"' _ "$out"
+
+# 2. the same scenario crashes twice (a VMM crash, then a triple fault).
+OUTCOMES=([1:a]=seccomp [2:a]=triple)
+run_case
+check "two crashes fail the run" test "$rc" -eq "$TB_EXIT_SCENARIO"
+check "RESULT names it" grep -q 'RESULT: FAIL (crashed twice in this run: a)' <<<"$out"
+check "both crashes listed" grep -q '^CRASH a  *2 of 2 runs crashed: boot 1: VMM crash: .*seccomp.*; boot 2: guest triple fault' <<<"$out"
+check "both evidence directories" test -d "$RUN_DIR/a.boot1" -a -d "$RUN_DIR/a.boot2"
+check "no third boot" grep -q '^L1 boots: 2' <<<"$out"
+
+# 3. a plain failure is not a crash and is not re-run.
+OUTCOMES=([1:b]=fail)
+run_case
+check "plain failure fails" test "$rc" -eq "$TB_EXIT_SCENARIO"
+check "plain failure not re-run" grep -q '^L1 boots: 1' <<<"$out"
+check "no CRASH line" bash -c '! grep -q "^CRASH" <<<"$1"' _ "$out"
+
+echo "$pass passed, $fail failed"
+((fail == 0))
