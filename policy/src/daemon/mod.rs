@@ -1,0 +1,596 @@
+//! The host daemon: discover VMMs, poll them, decide once per interval,
+//! enforce with `vm.resize` slice by slice (donors first, waiting for the
+//! guest's `actual` before the next step), log every decision as a JSON
+//! line, and publish `/metrics`.
+
+pub mod config;
+pub mod metrics;
+pub mod profile;
+pub mod signals;
+pub mod vmm;
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::json;
+
+use crate::enforce::{plan, VmMove};
+use crate::model::{HostView, VmClass, VmObservation, VmSpec, VmView};
+use crate::policies::{decide_checked, Policy};
+use crate::sim::thread_cpu_s;
+use config::{Config, VmConfig};
+use metrics::{SharedStatus, VmStatus};
+use signals::{read_latency, AccessCounters};
+use vmm::{Vmm, VmmSample};
+
+/// How often a slice's progress is polled: the API has no completion
+/// event for a balloon reaching its target, so this is a bounded poll.
+const RESIZE_POLL: Duration = Duration::from_millis(100);
+
+struct Tracked {
+    cfg: VmConfig,
+    vmm: Vmm,
+    fmem_tier: u64,
+    counters: AccessCounters,
+    sample: Option<VmmSample>,
+    violations: u64,
+    last_target: u64,
+}
+
+/// The daemon.
+pub struct Daemon {
+    cfg: Config,
+    policy: Box<dyn Policy>,
+    vms: BTreeMap<String, Tracked>,
+    log: File,
+    status: SharedStatus,
+    move_rate: f64,
+    cycles: u64,
+    stop: &'static AtomicBool,
+    /// FMem still held by VMMs that stopped answering, bytes.
+    reserved: BTreeMap<String, u64>,
+}
+
+fn now_s() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+impl Daemon {
+    /// Opens the decision log in `state_dir` and prepares the status.
+    pub fn new(
+        cfg: Config,
+        policy: Box<dyn Policy>,
+        stop: &'static AtomicBool,
+    ) -> Result<Self, String> {
+        std::fs::create_dir_all(&cfg.state_dir)
+            .map_err(|e| format!("{}: {e}", cfg.state_dir.display()))?;
+        let log_path = cfg.state_dir.join("decisions.jsonl");
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| format!("{}: {e}", log_path.display()))?;
+        let status = SharedStatus::default();
+        if let Ok(mut s) = status.lock() {
+            s.policy = policy.name().into();
+            s.budget_bytes = cfg.budget_bytes;
+            s.move_rate = cfg.move_rate;
+        }
+        Ok(Self {
+            move_rate: cfg.move_rate,
+            cfg,
+            policy,
+            vms: BTreeMap::new(),
+            log,
+            status,
+            cycles: 0,
+            stop,
+            reserved: BTreeMap::new(),
+        })
+    }
+
+    /// The shared status (for `/metrics`).
+    pub fn status(&self) -> SharedStatus {
+        self.status.clone()
+    }
+
+    fn with_status(&self, f: impl FnOnce(&mut metrics::Status)) {
+        match self.status.lock() {
+            Ok(mut s) => f(&mut s),
+            Err(e) => f(&mut e.into_inner()),
+        }
+    }
+
+    /// Sockets to watch: configured VMs, and every `*.sock` in the socket
+    /// directory (unconfigured ones are best-effort VMs named by file stem).
+    fn candidates(&self) -> Vec<(VmConfig, PathBuf)> {
+        let mut out: Vec<(VmConfig, PathBuf)> = Vec::new();
+        for v in &self.cfg.vms {
+            let sock = v.socket.clone().or_else(|| {
+                self.cfg
+                    .socket_dir
+                    .as_ref()
+                    .map(|d| d.join(format!("{}.sock", v.name)))
+            });
+            if let Some(s) = sock {
+                out.push((v.clone(), s));
+            }
+        }
+        if let Some(dir) = &self.cfg.socket_dir {
+            if let Ok(rd) = std::fs::read_dir(dir) {
+                let mut found: Vec<PathBuf> = rd
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "sock"))
+                    .collect();
+                found.sort();
+                for p in found {
+                    let Some(stem) = p.file_stem().map(|s| s.to_string_lossy().into_owned()) else {
+                        continue;
+                    };
+                    if out.iter().any(|(c, s)| c.name == stem || *s == p) {
+                        continue;
+                    }
+                    out.push((
+                        VmConfig {
+                            name: stem,
+                            socket: None,
+                            slo_ms: None,
+                            latency: None,
+                            min_bytes: 0,
+                            profile: None,
+                            access_scale: None,
+                        },
+                        p,
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// Finds VMMs, samples each; drops the ones that fail (they come back
+    /// through discovery when their VMM answers again).
+    fn refresh(&mut self) {
+        let cands = self.candidates();
+        let names: Vec<String> = cands.iter().map(|c| c.0.name.clone()).collect();
+        let gone: Vec<String> = self
+            .vms
+            .keys()
+            .filter(|k| !names.contains(k))
+            .cloned()
+            .collect();
+        self.reserved.retain(|k, _| names.contains(k));
+        for g in gone {
+            log::warn!("{g}: socket gone, VM dropped");
+            self.vms.remove(&g);
+            self.with_status(|s| {
+                s.vms_dropped += 1;
+                s.vms.remove(&g);
+            });
+        }
+        for (cfg, sock) in cands {
+            let vmm = Vmm::new(&sock);
+            let r = vmm
+                .fmem_tier()
+                .and_then(|tier| vmm.sample(tier).map(|s| (tier, s)));
+            match r {
+                Ok((tier, sample)) => {
+                    let t = self.vms.entry(cfg.name.clone()).or_insert_with(|| {
+                        log::info!("{}: tracking VMM at {}", cfg.name, sock.display());
+                        Tracked {
+                            cfg: cfg.clone(),
+                            vmm,
+                            fmem_tier: tier,
+                            counters: AccessCounters::default(),
+                            sample: None,
+                            violations: 0,
+                            last_target: sample.target_share_bytes(),
+                        }
+                    });
+                    t.fmem_tier = tier;
+                    t.sample = Some(sample);
+                    self.reserved.remove(&cfg.name);
+                }
+                Err(e) => {
+                    if let Some(tr) = self.vms.remove(&cfg.name) {
+                        // A VMM that fails while its socket is still there may
+                        // still hold its FMem: keep that reserved until it
+                        // answers again or its socket goes away.
+                        let held = tr.sample.as_ref().map_or(tr.fmem_tier, |s| s.share_bytes());
+                        if sock.exists() {
+                            self.reserved.insert(cfg.name.clone(), held);
+                        }
+                        log::warn!("{}: {e}; VM dropped until its VMM answers again ({} bytes of FMem kept reserved)", cfg.name, self.reserved.get(&cfg.name).copied().unwrap_or(0));
+                        self.with_status(|s| {
+                            s.vms_dropped += 1;
+                            s.vms.remove(&cfg.name);
+                        });
+                    } else {
+                        log::debug!("{}: not reachable: {e}", cfg.name);
+                    }
+                    if !sock.exists() {
+                        self.reserved.remove(&cfg.name);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Observations for the policy; updates per-VM counters and status.
+    fn observe(&mut self) -> Vec<VmView> {
+        let t = now_s();
+        let max_age = 2.0 * self.cfg.interval_s;
+        let unit = self.cfg.unit_bytes;
+        let mut views = Vec::new();
+        let mut latency_errors = 0;
+        let mut statuses = BTreeMap::new();
+        for (name, tr) in &mut self.vms {
+            let Some(sample) = &tr.sample else { continue };
+            let stats = &sample.stats;
+            let share = sample.share_bytes();
+            let guest = tr.counters.update(t, &stats.stats);
+            let tiers = &stats.tiers;
+            let used = |i: usize| tiers.get(i).and_then(|x| x.guest_used);
+            let usage_ratio = match (used(0), used(1)) {
+                (Some(f), Some(s)) if f + s > 0 => Some(f as f64 / (f + s) as f64),
+                _ => None,
+            };
+            let (access_rate, access_ratio, source) = match guest {
+                Some(g) => (Some(g.rate), g.fmem_ratio, "guest"),
+                // No agent tags: the balloon's own figure, memory in use.
+                None => (
+                    (used(0).zip(used(1))).map(|(f, s)| (f + s) as f64),
+                    None,
+                    "balloon",
+                ),
+            };
+            let p99 = match (&tr.cfg.latency, tr.cfg.slo_ms) {
+                (Some(src), Some(_)) => match read_latency(src, max_age) {
+                    Ok(v) => Some(v),
+                    Err(e) => {
+                        log::warn!("{name}: {e}; counted as an SLO violation");
+                        latency_errors += 1;
+                        None
+                    }
+                },
+                _ => None,
+            };
+            if let Some(slo) = tr.cfg.slo_ms {
+                if p99.is_none_or(|p| p > slo) {
+                    tr.violations += 1;
+                }
+            }
+            let class = match tr.cfg.slo_ms {
+                Some(slo_ms) => VmClass::LatencyCritical { slo_ms },
+                None => VmClass::BestEffort,
+            };
+            statuses.insert(
+                name.clone(),
+                VmStatus {
+                    class: if class.is_lc() { "lc" } else { "be" }.into(),
+                    share_bytes: share,
+                    target_bytes: tr.last_target,
+                    p99_ms: p99,
+                    slo_ms: tr.cfg.slo_ms,
+                    slo_violations: tr.violations,
+                    access_source: source.into(),
+                    access_rate,
+                    counter_resets: tr.counters.resets,
+                },
+            );
+            views.push(VmView {
+                spec: VmSpec {
+                    name: name.clone(),
+                    class,
+                    min_units: tr.cfg.min_bytes.div_ceil(unit).min(tr.fmem_tier / unit),
+                    max_units: tr.fmem_tier / unit,
+                    profile: tr.cfg.profile.clone(),
+                    access_scale: tr.cfg.access_scale,
+                },
+                obs: VmObservation {
+                    share_units: share / unit,
+                    p99_ms: p99,
+                    fmem_usage_ratio: usage_ratio,
+                    fmem_access_ratio: access_ratio,
+                    access_rate,
+                },
+            });
+        }
+        let committed: u64 = self
+            .vms
+            .values()
+            .filter_map(|t| t.sample.as_ref())
+            .map(|s| s.share_bytes())
+            .sum();
+        self.with_status(|s| {
+            s.latency_errors += latency_errors;
+            s.vms = statuses;
+            s.committed_bytes = committed;
+        });
+        views
+    }
+
+    /// One interval: refresh, observe, decide, enforce, log.
+    pub fn cycle(&mut self) {
+        let cpu0 = thread_cpu_s();
+        self.refresh();
+        let views = self.observe();
+        self.cycles += 1;
+        if self.cycles == 1 {
+            // The first interval only reads the current shares and counter
+            // baselines: a restarted daemon never begins by reshuffling.
+            self.write_log(json!({"ts": now_s(), "event": "start", "policy": self.policy.name(),
+                "vms": views.iter().map(|v| json!({"name": v.spec.name, "share_units": v.obs.share_units})).collect::<Vec<_>>()}));
+            self.with_status(|s| s.cpu_seconds += thread_cpu_s() - cpu0);
+            self.write_status();
+            return;
+        }
+        let reserved: u64 = self.reserved.values().sum();
+        let budget_bytes = self.cfg.budget_bytes.saturating_sub(reserved);
+        let view = HostView {
+            budget_units: budget_bytes / self.cfg.unit_bytes,
+            max_step_units: ((self.move_rate * self.cfg.interval_s / 2.0)
+                / self.cfg.unit_bytes as f64)
+                .floor()
+                .max(1.0) as u64,
+            vms: views,
+        };
+        let t0 = Instant::now();
+        let decision = decide_checked(self.policy.as_mut(), &view);
+        let decide_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let mut entry = json!({
+            "ts": now_s(),
+            "event": "decision",
+            "policy": self.policy.name(),
+            "unit_bytes": self.cfg.unit_bytes,
+            "budget_units": view.budget_units,
+            "reserved_bytes": reserved,
+            "max_step_units": view.max_step_units,
+            "decide_ms": decide_ms,
+            "vms": view.vms.iter().map(|v| json!({
+                "name": v.spec.name, "lc": v.spec.class.is_lc(), "share_units": v.obs.share_units,
+                "min_units": v.spec.min_units, "max_units": v.spec.max_units, "p99_ms": v.obs.p99_ms,
+                "fmem_usage_ratio": v.obs.fmem_usage_ratio, "fmem_access_ratio": v.obs.fmem_access_ratio,
+                "access_rate": v.obs.access_rate,
+            })).collect::<Vec<_>>(),
+        });
+        let alloc = match decision {
+            Ok(a) => a,
+            Err(e) => {
+                log::error!("decision refused: {e}");
+                entry["error"] = json!(e.to_string());
+                self.write_log(entry);
+                self.with_status(|s| {
+                    s.decision_errors += 1;
+                    s.cpu_seconds += thread_cpu_s() - cpu0;
+                });
+                return;
+            }
+        };
+        for n in &alloc.notes {
+            log::info!("{n}");
+        }
+        entry["targets"] = json!(alloc.targets);
+        entry["notes"] = json!(alloc.notes);
+        let moves: Vec<VmMove> = view
+            .vms
+            .iter()
+            .map(|v| VmMove {
+                vm: v.spec.name.clone(),
+                lc: v.spec.class.is_lc(),
+                current: v.obs.share_units,
+                target: alloc
+                    .targets
+                    .get(&v.spec.name)
+                    .copied()
+                    .unwrap_or(v.obs.share_units),
+            })
+            .collect();
+        for (name, t) in &alloc.targets {
+            if let Some(tr) = self.vms.get_mut(name) {
+                tr.last_target = t * self.cfg.unit_bytes;
+            }
+        }
+        let p_max_units = (self.cfg.p_max_bytes / self.cfg.unit_bytes).max(1);
+        let slices = match plan(&moves, view.budget_units, p_max_units) {
+            Ok(s) => s,
+            Err(e) => {
+                log::error!("cannot plan: {e}");
+                entry["error"] = json!(e.to_string());
+                self.write_log(entry);
+                self.with_status(|s| s.decision_errors += 1);
+                return;
+            }
+        };
+        let (log_slices, outcome) = self.enforce(&slices);
+        entry["slices"] = json!(log_slices);
+        entry["outcome"] = json!(outcome);
+        self.write_log(entry);
+        let cpu = thread_cpu_s() - cpu0;
+        let rate = self.move_rate;
+        self.with_status(|s| {
+            s.decisions += 1;
+            s.last_decision_ms = decide_ms;
+            s.cpu_seconds += cpu;
+            s.move_rate = rate;
+            if outcome != "done" {
+                s.replans += 1;
+            }
+        });
+        self.write_status();
+    }
+
+    /// Σ FMem held now by every tracked VM, from fresh samples.
+    fn committed(&mut self) -> u64 {
+        let mut sum = 0;
+        for tr in self.vms.values_mut() {
+            if let Ok(s) = tr.vmm.sample(tr.fmem_tier) {
+                tr.sample = Some(s);
+            }
+            sum += tr.sample.as_ref().map_or(tr.fmem_tier, |s| s.share_bytes());
+        }
+        sum
+    }
+
+    /// Waits until every `(vm, share)` is reached (the FMem balloon's
+    /// actual equals its target) or the timeout passes.
+    fn wait_reached(&mut self, wanted: &[(String, u64)]) -> bool {
+        let deadline = Instant::now() + Duration::from_secs_f64(self.cfg.resize_timeout_s);
+        loop {
+            let mut all = true;
+            for (vm, _) in wanted {
+                let Some(tr) = self.vms.get_mut(vm) else {
+                    return false;
+                };
+                match tr.vmm.sample(tr.fmem_tier) {
+                    Ok(s) => {
+                        all &= s.fmem_balloon.0 == s.fmem_balloon.1;
+                        tr.sample = Some(s);
+                    }
+                    Err(_) => return false,
+                }
+            }
+            if all {
+                return true;
+            }
+            if Instant::now() >= deadline || self.stop.load(Ordering::Relaxed) {
+                return false;
+            }
+            std::thread::sleep(RESIZE_POLL);
+        }
+    }
+
+    fn resize_all(&mut self, set: &[(String, u64)]) -> Result<(), String> {
+        for (vm, units) in set {
+            let tr = self.vms.get(vm).ok_or_else(|| format!("{vm}: gone"))?;
+            let smem = tr.sample.as_ref().map_or(0, |s| s.smem_target);
+            tr.vmm
+                .resize_share(tr.fmem_tier, units * self.cfg.unit_bytes, smem)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Applies the slices; returns the log of each and the outcome.
+    fn enforce(&mut self, slices: &[crate::enforce::Slice]) -> (Vec<serde_json::Value>, String) {
+        let mut out = Vec::new();
+        for (k, sl) in slices.iter().enumerate() {
+            let t0 = Instant::now();
+            let mut moved = 0u64;
+            for (vm, units) in &sl.shrink {
+                if let Some(s) = self.vms.get(vm).and_then(|t| t.sample.as_ref()) {
+                    moved += s.share_bytes().saturating_sub(units * self.cfg.unit_bytes);
+                }
+            }
+            if let Err(e) = self.resize_all(&sl.shrink) {
+                return (out, format!("replan: slice {k} shrink failed: {e}"));
+            }
+            if !self.wait_reached(&sl.shrink) {
+                return (
+                    out,
+                    format!(
+                        "replan: slice {k} shrink did not finish in {} s",
+                        self.cfg.resize_timeout_s
+                    ),
+                );
+            }
+            let growth: u64 = sl
+                .grow
+                .iter()
+                .filter_map(|(vm, u)| {
+                    self.vms
+                        .get(vm)
+                        .and_then(|t| t.sample.as_ref())
+                        .map(|s| (u * self.cfg.unit_bytes).saturating_sub(s.share_bytes()))
+                })
+                .sum();
+            let committed = self.committed() + self.reserved.values().sum::<u64>();
+            if growth > 0 && committed + growth > self.cfg.budget_bytes {
+                return (out, format!("replan: slice {k} growth of {growth} bytes would exceed the budget (held {committed})"));
+            }
+            if let Err(e) = self.resize_all(&sl.grow) {
+                return (out, format!("replan: slice {k} grow failed: {e}"));
+            }
+            let sum_after_grow_request = self.committed();
+            let reached = self.wait_reached(&sl.grow);
+            moved += growth;
+            let secs = t0.elapsed().as_secs_f64();
+            if moved > 0 && secs > 0.05 && reached {
+                // Eq. 1's M, measured: bytes moved per second of slice.
+                let m = moved as f64 / secs;
+                self.move_rate = 0.7 * self.move_rate + 0.3 * m;
+            }
+            out.push(json!({
+                "shrink": sl.shrink, "grow": sl.grow, "elapsed_s": secs,
+                "committed_bytes": sum_after_grow_request, "reached": reached,
+            }));
+            if !reached {
+                return (
+                    out,
+                    format!(
+                        "replan: slice {k} growth did not finish in {} s",
+                        self.cfg.resize_timeout_s
+                    ),
+                );
+            }
+        }
+        (out, "done".into())
+    }
+
+    fn write_log(&mut self, v: serde_json::Value) {
+        if let Err(e) = writeln!(self.log, "{v}") {
+            log::error!("decision log: {e}");
+        }
+    }
+
+    fn write_status(&self) {
+        let snapshot = self
+            .status
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_else(|e| e.into_inner().clone());
+        let path = self.cfg.state_dir.join("status.json");
+        let tmp = self.cfg.state_dir.join("status.json.tmp");
+        let r = serde_json::to_vec_pretty(&snapshot)
+            .map_err(std::io::Error::other)
+            .and_then(|b| std::fs::write(&tmp, b))
+            .and_then(|_| std::fs::rename(&tmp, &path));
+        if let Err(e) = r {
+            log::warn!("{}: {e}", path.display());
+        }
+    }
+
+    /// Runs cycles every interval until `stop` is set.
+    pub fn run(&mut self) {
+        let interval = Duration::from_secs_f64(self.cfg.interval_s);
+        let mut next = Instant::now();
+        while !self.stop.load(Ordering::Relaxed) {
+            self.cycle();
+            next += interval;
+            let now = Instant::now();
+            if next < now {
+                next = now;
+            }
+            // Sleep in short steps so that SIGTERM ends the daemon promptly.
+            while Instant::now() < next && !self.stop.load(Ordering::Relaxed) {
+                std::thread::sleep((next - Instant::now()).min(Duration::from_millis(200)));
+            }
+        }
+    }
+}
+
+/// Reads `status.json` from a state directory.
+pub fn read_status(state_dir: &Path) -> Result<metrics::Status, String> {
+    let p = state_dir.join("status.json");
+    let text = std::fs::read_to_string(&p)
+        .map_err(|e| format!("{}: {e} (is the daemon running?)", p.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))
+}

@@ -1,0 +1,466 @@
+//! `mtat`: SAC sizes each latency-critical VM (§3.2.1), simulated
+//! annealing splits the rest among best-effort VMs (§3.2.2).
+//!
+//! Safety around the learned part:
+//! * a missing, stale or non-finite p99 counts as an SLO violation;
+//! * after two violations in a row the LC share grows by the largest
+//!   allowed step, whatever the actor says (the guard);
+//! * a non-finite state or action (NaN/inf from the network or the
+//!   signals) switches that decision to the safe controller (grow on a
+//!   violation, hold otherwise) and is noted in the decision log.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::annealing::{anneal, AnnealParams, BeVm};
+use crate::model::{weighted_fill, Allocation, HostView, PolicyError, VmClass, VmView};
+use crate::profile::Profile;
+use crate::sac::{Sac, SacConfig, SacError, Transition, STATE_DIM};
+
+/// Violations in a row that trigger the guard.
+pub const GUARD_VIOLATIONS: u32 = 2;
+
+/// Configuration of the `mtat` policy.
+#[derive(Clone, Debug)]
+pub struct MtatConfig {
+    /// Bytes per allocation unit (profiles are in bytes).
+    pub unit_bytes: u64,
+    /// Sample actions (training) instead of the actor's mean.
+    pub explore: bool,
+    /// Store transitions and train every `sac.train_every` of them.
+    pub learn: bool,
+    /// SAC hyper-parameters.
+    pub sac: SacConfig,
+    /// Annealing schedule.
+    pub anneal: AnnealParams,
+}
+
+impl Default for MtatConfig {
+    fn default() -> Self {
+        Self {
+            unit_bytes: 1 << 30,
+            explore: false,
+            learn: true,
+            sac: SacConfig::default(),
+            anneal: AnnealParams::default(),
+        }
+    }
+}
+
+/// Per-LC-VM memory between intervals.
+#[derive(Clone, Debug, Default)]
+struct LcTrack {
+    prev: Option<([f32; STATE_DIM], f32)>,
+    violations_in_row: u32,
+    access_peak: f64,
+}
+
+/// How the LC action was chosen (for the log and tests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LcController {
+    /// The actor.
+    Actor,
+    /// Two violations in a row: largest step up.
+    Guard,
+    /// Non-finite input or output: rule-based.
+    Safe,
+}
+
+/// Eq. 2: `1 - fmem_ratio` when the SLO holds, −1 otherwise.
+pub fn reward(slo_met: bool, fmem_usage_ratio: f64) -> f32 {
+    if slo_met {
+        (1.0 - fmem_usage_ratio.clamp(0.0, 1.0)) as f32
+    } else {
+        -1.0
+    }
+}
+
+/// Eq. 1: an action in [-1, 1] as a change of at most `max_step` units.
+pub fn action_to_delta(action: f32, max_step: u64) -> i64 {
+    let a = f64::from(action).clamp(-1.0, 1.0);
+    (a * max_step as f64).round() as i64
+}
+
+/// The MTAT policy.
+pub struct Mtat {
+    cfg: MtatConfig,
+    agent: Sac,
+    lc: BTreeMap<String, LcTrack>,
+    /// Decisions per controller, for metrics.
+    pub controller_counts: BTreeMap<&'static str, u64>,
+}
+
+impl Mtat {
+    /// A policy with a fresh (untrained) agent.
+    pub fn new(cfg: MtatConfig) -> Result<Self, SacError> {
+        let agent = Sac::new(cfg.sac.clone())?;
+        Ok(Self::with_agent(cfg, agent))
+    }
+
+    /// A policy whose agent is loaded from a saved model.
+    pub fn load(cfg: MtatConfig, model: &Path) -> Result<Self, SacError> {
+        let agent = Sac::load(cfg.sac.clone(), model)?;
+        Ok(Self::with_agent(cfg, agent))
+    }
+
+    fn with_agent(cfg: MtatConfig, agent: Sac) -> Self {
+        Self {
+            cfg,
+            agent,
+            lc: BTreeMap::new(),
+            controller_counts: BTreeMap::new(),
+        }
+    }
+
+    /// The agent (to save after training).
+    pub fn agent(&self) -> &Sac {
+        &self.agent
+    }
+
+    /// Switches exploration and learning (pretraining vs deployment).
+    pub fn set_mode(&mut self, explore: bool, learn: bool) {
+        self.cfg.explore = explore;
+        self.cfg.learn = learn;
+    }
+
+    /// Algorithm 1's state for one LC VM; `None` entries are filled
+    /// conservatively, non-finite ones are passed on (the caller falls back).
+    fn state(&self, v: &VmView, track: &LcTrack) -> [f32; STATE_DIM] {
+        let usage = v
+            .obs
+            .fmem_usage_ratio
+            .unwrap_or_else(|| v.obs.share_units as f64 / v.spec.max_units.max(1) as f64);
+        let access = v.obs.fmem_access_ratio.unwrap_or(usage);
+        let scale = v.spec.access_scale.unwrap_or(track.access_peak);
+        // No rate: assume peak load, so that the actor does not shrink.
+        let count = match v.obs.access_rate {
+            Some(r) if scale > 0.0 => r / scale,
+            Some(r) if !r.is_finite() => r,
+            _ => 1.0,
+        };
+        [usage as f32, access as f32, count as f32]
+    }
+
+    fn decide_lc(
+        &mut self,
+        v: &VmView,
+        max_step: u64,
+        notes: &mut Vec<String>,
+    ) -> Result<u64, PolicyError> {
+        let VmClass::LatencyCritical { slo_ms } = v.spec.class else {
+            return Ok(v.obs.share_units);
+        };
+        let name = v.spec.name.clone();
+        let mut track = self.lc.remove(&name).unwrap_or_default();
+        if let Some(r) = v.obs.access_rate.filter(|r| r.is_finite()) {
+            track.access_peak = track.access_peak.max(r);
+        }
+        let slo_met = match v.obs.p99_ms {
+            Some(p) if p.is_finite() => p <= slo_ms,
+            Some(_) => {
+                notes.push(format!("{name}: non-finite p99 counted as a violation"));
+                false
+            }
+            None => {
+                notes.push(format!("{name}: no fresh p99, counted as a violation"));
+                false
+            }
+        };
+        track.violations_in_row = if slo_met {
+            0
+        } else {
+            track.violations_in_row + 1
+        };
+        let s = self.state(v, &track);
+        let finite_state = s.iter().all(|x| x.is_finite());
+        if let (Some((ps, pa)), true, true) = (track.prev, finite_state, self.cfg.learn) {
+            // Eq. 2 on the interval the action produced: its p99 and the
+            // FMem usage ratio it left (Algorithm 1 line 8 reads the ratio
+            // before the action; after it, a shrink that keeps the SLO is
+            // credited to the action that made it, which learns faster).
+            let r = reward(slo_met, f64::from(s[0]));
+            // Training errors are logged, never fatal: the guard still holds.
+            if let Err(e) = self.agent.observe(Transition {
+                s: ps,
+                a: pa,
+                r,
+                s2: s,
+            }) {
+                notes.push(format!("{name}: SAC training failed: {e}"));
+            }
+        }
+        let actor = if finite_state {
+            self.agent.act(s, self.cfg.explore).unwrap_or(f32::NAN)
+        } else {
+            f32::NAN
+        };
+        let (action, how) = if track.violations_in_row >= GUARD_VIOLATIONS {
+            notes.push(format!(
+                "{name}: {} SLO violations in a row, guard grows by the largest step",
+                track.violations_in_row
+            ));
+            (1.0, LcController::Guard)
+        } else if !actor.is_finite() {
+            notes.push(format!(
+                "{name}: non-finite state {s:?} or action, safe controller"
+            ));
+            (if slo_met { 0.0 } else { 1.0 }, LcController::Safe)
+        } else {
+            (actor, LcController::Actor)
+        };
+        *self
+            .controller_counts
+            .entry(match how {
+                LcController::Actor => "actor",
+                LcController::Guard => "guard",
+                LcController::Safe => "safe",
+            })
+            .or_default() += 1;
+        // Learn from what the actor chose, or what the fallback did instead.
+        track.prev = finite_state.then_some((s, action));
+        self.lc.insert(name, track);
+        let delta = action_to_delta(action, max_step);
+        let target = (v.obs.share_units as i64 + delta)
+            .clamp(v.spec.min_units as i64, v.spec.max_units as i64);
+        Ok(target as u64)
+    }
+}
+
+impl crate::policies::Policy for Mtat {
+    fn name(&self) -> &'static str {
+        "mtat"
+    }
+
+    fn decide(&mut self, view: &HostView) -> Result<Allocation, PolicyError> {
+        let mut notes = Vec::new();
+        let (lc, be): (Vec<&VmView>, Vec<&VmView>) =
+            view.vms.iter().partition(|v| v.spec.class.is_lc());
+        // Forget VMs that went away.
+        self.lc.retain(|k, _| lc.iter().any(|v| &v.spec.name == k));
+        let mut lc_targets = Vec::with_capacity(lc.len());
+        for v in &lc {
+            lc_targets.push(self.decide_lc(v, view.max_step_units.max(1), &mut notes)?);
+        }
+        // LC first, but the best-effort minimums always fit.
+        let be_min: u64 = be.iter().map(|v| v.spec.min_units).sum();
+        let lc_room = view.budget_units.saturating_sub(be_min);
+        if lc_targets.iter().sum::<u64>() > lc_room {
+            let bounds: Vec<(u64, u64)> = lc
+                .iter()
+                .zip(&lc_targets)
+                .map(|(v, &t)| (v.spec.min_units, t))
+                .collect();
+            let weights: Vec<f64> = bounds.iter().map(|b| (b.1 - b.0) as f64).collect();
+            lc_targets = weighted_fill(lc_room, &bounds, &weights);
+            notes.push(format!(
+                "LC targets cut to {lc_room} units to keep best-effort minimums"
+            ));
+        }
+        let remaining = view.budget_units - lc_targets.iter().sum::<u64>().min(view.budget_units);
+        let fallback_profiles: Vec<Option<Profile>> = be
+            .iter()
+            .map(|v| {
+                if v.spec.profile.is_some() {
+                    return None;
+                }
+                notes.push(format!("{}: no profile, assumed linear", v.spec.name));
+                let max_bytes = v.spec.max_units.max(1).saturating_mul(self.cfg.unit_bytes);
+                Profile::new(vec![(0, 1.0), (max_bytes, 2.0)]).ok()
+            })
+            .collect();
+        let mut be_vms = Vec::with_capacity(be.len());
+        for (v, fb) in be.iter().zip(&fallback_profiles) {
+            let Some(profile) = v.spec.profile.as_ref().or(fb.as_ref()) else {
+                continue;
+            };
+            be_vms.push(BeVm {
+                profile,
+                min_units: v.spec.min_units,
+                max_units: v.spec.max_units,
+            });
+        }
+        let be_targets = if be_vms.len() == be.len() {
+            anneal(&be_vms, remaining, self.cfg.unit_bytes, &self.cfg.anneal)
+        } else {
+            let bounds: Vec<(u64, u64)> = be
+                .iter()
+                .map(|v| (v.spec.min_units, v.spec.max_units))
+                .collect();
+            weighted_fill(remaining, &bounds, &vec![1.0; bounds.len()])
+        };
+        let mut targets = BTreeMap::new();
+        for (v, t) in lc.iter().zip(lc_targets) {
+            targets.insert(v.spec.name.clone(), t);
+        }
+        for (v, t) in be.iter().zip(be_targets) {
+            targets.insert(v.spec.name.clone(), t);
+        }
+        Ok(Allocation { targets, notes })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{VmObservation, VmSpec};
+    use crate::policies::{decide_checked, Hotness, Policy, StaticSplit};
+
+    fn lc(name: &str, share: u64, p99: Option<f64>) -> VmView {
+        VmView {
+            spec: VmSpec {
+                name: name.into(),
+                class: VmClass::LatencyCritical { slo_ms: 20.0 },
+                min_units: 1,
+                max_units: 24,
+                profile: None,
+                access_scale: Some(100.0),
+            },
+            obs: VmObservation {
+                share_units: share,
+                p99_ms: p99,
+                fmem_usage_ratio: Some(share as f64 / 24.0),
+                fmem_access_ratio: Some(0.5),
+                access_rate: Some(50.0),
+            },
+        }
+    }
+
+    fn be(name: &str, share: u64, floor: f64) -> VmView {
+        VmView {
+            spec: VmSpec {
+                name: name.into(),
+                class: VmClass::BestEffort,
+                min_units: 0,
+                max_units: 32,
+                profile: Some(Profile::new(vec![(0, floor), (32 << 30, 1.0)]).unwrap()),
+                access_scale: None,
+            },
+            obs: VmObservation {
+                share_units: share,
+                access_rate: Some(1000.0),
+                ..Default::default()
+            },
+        }
+    }
+
+    fn view(vms: Vec<VmView>) -> HostView {
+        HostView {
+            budget_units: 32,
+            max_step_units: 6,
+            vms,
+        }
+    }
+
+    #[test]
+    fn reward_and_action_bounds_follow_eq_1_and_2() {
+        assert_eq!(reward(true, 0.25), 0.75);
+        assert_eq!(reward(false, 0.25), -1.0);
+        assert_eq!(reward(true, 7.0), 0.0);
+        assert_eq!(action_to_delta(1.0, 6), 6);
+        assert_eq!(action_to_delta(-3.0, 6), -6);
+        assert_eq!(action_to_delta(0.5, 6), 3);
+        assert_eq!(action_to_delta(f32::NAN, 6).abs(), 0);
+    }
+
+    #[test]
+    fn guard_grows_by_the_largest_step_after_two_violations() {
+        let mut m = Mtat::new(MtatConfig {
+            learn: false,
+            ..Default::default()
+        })
+        .unwrap();
+        let v = view(vec![
+            lc("lc", 4, Some(50.0)),
+            be("a", 14, 0.5),
+            be("b", 14, 0.5),
+        ]);
+        let first = decide_checked(&mut m, &v).unwrap();
+        assert!(!first.notes.iter().any(|n| n.contains("guard")));
+        let second = decide_checked(&mut m, &v).unwrap();
+        assert_eq!(second.targets["lc"], 10, "{second:?}");
+        assert!(second.notes.iter().any(|n| n.contains("guard")));
+        // Missing latency counts as a violation too.
+        let v = view(vec![lc("lc", 10, None), be("a", 11, 0.5), be("b", 11, 0.5)]);
+        let third = decide_checked(&mut m, &v).unwrap();
+        assert_eq!(third.targets["lc"], 16);
+        // Met SLO resets the count: the actor decides again.
+        let v = view(vec![
+            lc("lc", 16, Some(1.0)),
+            be("a", 8, 0.5),
+            be("b", 8, 0.5),
+        ]);
+        let fourth = decide_checked(&mut m, &v).unwrap();
+        assert!(!fourth.notes.iter().any(|n| n.contains("guard")));
+        assert_eq!(m.controller_counts["guard"], 2);
+    }
+
+    #[test]
+    fn nan_signals_fall_back_to_the_safe_controller() {
+        let mut m = Mtat::new(MtatConfig {
+            learn: true,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut bad = lc("lc", 4, Some(f64::NAN));
+        bad.obs.fmem_access_ratio = Some(f64::INFINITY);
+        let a = decide_checked(&mut m, &view(vec![bad, be("a", 14, 0.5)])).unwrap();
+        assert_eq!(a.targets["lc"], 10, "violation + NaN state: grow");
+        assert!(a.notes.iter().any(|n| n.contains("safe controller")));
+        assert_eq!(m.agent().buffered(), 0);
+    }
+
+    #[test]
+    fn be_split_favours_the_sensitive_vm_and_budget_holds() {
+        let mut m = Mtat::new(MtatConfig {
+            learn: false,
+            ..Default::default()
+        })
+        .unwrap();
+        let v = view(vec![
+            lc("lc", 8, Some(1.0)),
+            be("weak", 12, 0.2),
+            be("strong", 12, 0.8),
+        ]);
+        let a = decide_checked(&mut m, &v).unwrap();
+        assert!(a.targets["weak"] > a.targets["strong"], "{a:?}");
+        assert!(a.targets.values().sum::<u64>() <= 32);
+    }
+
+    #[test]
+    fn every_policy_refuses_a_budget_below_the_minimums() {
+        let mut vms = vec![lc("lc", 8, Some(1.0)), be("a", 12, 0.2)];
+        vms[1].spec.min_units = 40;
+        let v = view(vms);
+        let mut policies: Vec<Box<dyn Policy>> = vec![
+            Box::new(StaticSplit),
+            Box::new(Hotness),
+            Box::new(Mtat::new(MtatConfig::default()).unwrap()),
+        ];
+        for p in &mut policies {
+            let e = decide_checked(p.as_mut(), &v).unwrap_err();
+            assert!(
+                matches!(e, PolicyError::BudgetBelowMinimums { .. }),
+                "{}",
+                p.name()
+            );
+        }
+    }
+
+    #[test]
+    fn lc_growth_never_eats_be_minimums() {
+        let mut m = Mtat::new(MtatConfig {
+            learn: false,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut a = be("a", 2, 0.2);
+        a.spec.min_units = 10;
+        let mut b = be("b", 2, 0.2);
+        b.spec.min_units = 10;
+        let v = view(vec![lc("lc", 20, Some(99.0)), a.clone(), b.clone()]);
+        decide_checked(&mut m, &v).unwrap();
+        let alloc = decide_checked(&mut m, &v).unwrap();
+        assert_eq!(alloc.targets["lc"], 12);
+        assert_eq!((alloc.targets["a"], alloc.targets["b"]), (10, 10));
+    }
+}

@@ -1,0 +1,78 @@
+//! Pretraining the LC agent in the simulator (Algorithm 1 against the
+//! workload models), so that the daemon starts from a policy that already
+//! knows the shape of the problem and keeps learning online.
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::policies::{Mtat, MtatConfig};
+use crate::sac::SacError;
+use crate::sim::{paper_scenario, LoadTrace, SimConfig, Simulator};
+
+/// Training progress of one episode.
+#[derive(Clone, Debug)]
+pub struct EpisodeReport {
+    /// Episode number.
+    pub episode: usize,
+    /// Its LC violation rate.
+    pub violation_rate: f64,
+    /// Mean LC share, units.
+    pub mean_lc_share: f64,
+}
+
+/// A random load trace for one episode: constant, Fig. 7, or random steps.
+pub fn random_trace(rng: &mut SmallRng) -> LoadTrace {
+    match rng.random_range(0..3) {
+        0 => LoadTrace::Constant(rng.random_range(0.1..1.0)),
+        1 => LoadTrace::Fig7 {
+            step_s: rng.random_range(10..40),
+        },
+        _ => LoadTrace::Steps(
+            (0..6)
+                .map(|_| (rng.random_range(10..60), rng.random_range(0.1..1.0)))
+                .collect(),
+        ),
+    }
+}
+
+/// Trains a fresh agent for `episodes` simulated runs of `seconds` each
+/// and returns the policy (explore off, learning on, as deployed).
+pub fn pretrain(
+    episodes: usize,
+    seconds: u64,
+    seed: u64,
+    mut progress: impl FnMut(&EpisodeReport),
+) -> Result<Mtat, SacError> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let sim_cfg = SimConfig::default();
+    let mut policy = Mtat::new(MtatConfig {
+        unit_bytes: sim_cfg.unit_bytes,
+        explore: true,
+        learn: true,
+        ..Default::default()
+    })?;
+    for episode in 0..episodes {
+        let trace = random_trace(&mut rng);
+        let cfg = SimConfig {
+            seed: rng.random(),
+            ..sim_cfg.clone()
+        };
+        let Ok(mut sim) = Simulator::new(cfg, paper_scenario(trace)) else {
+            continue;
+        };
+        // Start from a random LC share, so that every region is visited.
+        let mut shares = vec![0u64; sim.specs().len()];
+        shares[0] = rng.random_range(0..=28);
+        let rest = (32 - shares[0]) / 4;
+        shares[1..].iter_mut().for_each(|s| *s = rest);
+        sim.set_shares(&shares);
+        let r = sim.run(Some(&mut policy), seconds);
+        progress(&EpisodeReport {
+            episode,
+            violation_rate: r.violation_rate(),
+            mean_lc_share: r.lc_share.iter().sum::<u64>() as f64 / r.lc_share.len().max(1) as f64,
+        });
+    }
+    policy.set_mode(false, true);
+    Ok(policy)
+}

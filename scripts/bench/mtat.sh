@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# MTAT benchmark (issue 15), in simulation: the static, hotness and mtat
+# policies of tier-policy on the same simulated host and load traces
+# (LC load 20/50/80 % and the paper's Fig. 7 pattern): SLO violation rate,
+# LC max sustainable load against the all-FMem case, BE fairness and
+# throughput against hotness, SA against brute force, and decision time
+# and CPU at 8, 64 and 256 VMs. A calibration check comes first in the
+# output: hotness must show the paper's Table 4 violation pattern.
+#
+# Uses the pretrained LC model policy/models/lc-sac.safetensors (made by
+# `tier-policy train`); BENCH_MTAT_RETRAIN=1 trains a fresh one first.
+# Prints one JSON line on stdout (progress on stderr).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/tier-policy
+cargo build --release --locked -q -p tier-policy >&2
+MODEL=$ROOT/policy/models/lc-sac.safetensors
+if [[ ${BENCH_MTAT_RETRAIN:-0} == 1 || ! -f $MODEL ]]; then
+    mkdir -p "$ROOT/build"
+    MODEL=$ROOT/build/lc-sac.safetensors
+    echo "training the LC agent in the simulator -> $MODEL" >&2
+    "$BIN" train --out "$MODEL" >&2
+fi
+exec "$BIN" bench --model "$MODEL"
