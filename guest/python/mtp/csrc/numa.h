@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* move_pages(2) in chunks, with failures counted per errno; LLC miss ratio. */
+#ifndef MTP_NUMA_H
+#define MTP_NUMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MTP_ERRNO_MAX 256
+
+struct mtp_move_result {
+	uint64_t moved;
+	uint64_t failed;
+	uint64_t by_errno[MTP_ERRNO_MAX];	/* per-page status or call errno */
+};
+
+/*
+ * Writes the node each page of @pages is on to @node (MTP_NODE_UNKNOWN for
+ * pages not present or not mapped). Returns 0, or -errno when the call
+ * itself failed (then every node is unknown).
+ */
+int mtp_query_nodes(const uint64_t *pages, size_t n, int *node);
+
+/* Moves @pages to @target, adding the outcome to @r. */
+void mtp_move(const uint64_t *pages, size_t n, int target, struct mtp_move_result *r);
+
+/*
+ * Last-level-cache load miss counter of the calling thread, where perf
+ * events are available. Returns a file descriptor pair packed in @fds or -1.
+ */
+int mtp_llc_open(int fds[2]);
+
+/* Miss ratio since the last read, or a negative value when unknown. */
+double mtp_llc_ratio(const int fds[2], uint64_t last[2]);
+
+#endif

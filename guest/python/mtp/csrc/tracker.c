@@ -1,0 +1,336 @@
+// SPDX-License-Identifier: Apache-2.0
+/* Allocator hook, marking and sampling; see tracker.h. */
+#include "tracker.h"
+
+struct mtp_objtable mtp_table;
+size_t mtp_freed_tracked;
+
+static int tracking;		/* the hook drops freed blocks from mtp_table */
+static int hooked;
+static unsigned int history_pos;	/* slot of the next change, same for all */
+static uint8_t pass_parity;
+
+static PyMemAllocatorEx inner_mem, inner_obj;
+
+static void drop_block(void *ptr)
+{
+	if (tracking && ptr && mtp_objtable_remove(&mtp_table, (uintptr_t)ptr))
+		mtp_freed_tracked++;
+}
+
+static void *hook_malloc(void *ctx, size_t size)
+{
+	PyMemAllocatorEx *inner = ctx;
+
+	return inner->malloc(inner->ctx, size);
+}
+
+static void *hook_calloc(void *ctx, size_t nelem, size_t elsize)
+{
+	PyMemAllocatorEx *inner = ctx;
+
+	return inner->calloc(inner->ctx, nelem, elsize);
+}
+
+static void *hook_realloc(void *ctx, void *ptr, size_t size)
+{
+	PyMemAllocatorEx *inner = ctx;
+	void *moved = inner->realloc(inner->ctx, ptr, size);
+
+	/* a resized object (tuple, str) that moved is a new block */
+	if (moved && moved != ptr)
+		drop_block(ptr);
+	return moved;
+}
+
+static void hook_free(void *ctx, void *ptr)
+{
+	PyMemAllocatorEx *inner = ctx;
+
+	drop_block(ptr);
+	inner->free(inner->ctx, ptr);
+}
+
+static PyMemAllocatorEx hook_mem = {
+	&inner_mem, hook_malloc, hook_calloc, hook_realloc, hook_free
+};
+static PyMemAllocatorEx hook_obj = {
+	&inner_obj, hook_malloc, hook_calloc, hook_realloc, hook_free
+};
+
+const char *mtp_unsupported_reason(void)
+{
+#if PY_VERSION_HEX < 0x030B0000
+	return "mtp needs CPython 3.11 or newer";
+#elif defined(Py_GIL_DISABLED)
+	return "mtp does not support the free-threaded build (no GIL, split refcounts)";
+#else
+	if (sizeof(void *) != 8)
+		return "mtp needs a 64-bit interpreter";
+	return NULL;
+#endif
+}
+
+void mtp_hook_install(void)
+{
+	/*
+	 * The RAW domain is left alone: it may be called without the GIL and
+	 * no object is allocated from it.
+	 */
+	if (!hooked) {
+		PyMem_GetAllocator(PYMEM_DOMAIN_MEM, &inner_mem);
+		PyMem_GetAllocator(PYMEM_DOMAIN_OBJ, &inner_obj);
+		PyMem_SetAllocator(PYMEM_DOMAIN_MEM, &hook_mem);
+		PyMem_SetAllocator(PYMEM_DOMAIN_OBJ, &hook_obj);
+		hooked = 1;
+	}
+	/* else still installed (someone wrapped it): it starts tracking again */
+	tracking = 1;
+	history_pos = 0;
+	mtp_freed_tracked = 0;
+}
+
+void mtp_hook_remove(void)
+{
+	PyMemAllocatorEx cur_mem, cur_obj;
+
+	tracking = 0;
+	mtp_objtable_free(&mtp_table);
+	if (!hooked)
+		return;
+	PyMem_GetAllocator(PYMEM_DOMAIN_MEM, &cur_mem);
+	PyMem_GetAllocator(PYMEM_DOMAIN_OBJ, &cur_obj);
+	if (cur_mem.free == hook_free && cur_obj.free == hook_free) {
+		PyMem_SetAllocator(PYMEM_DOMAIN_MEM, &inner_mem);
+		PyMem_SetAllocator(PYMEM_DOMAIN_OBJ, &inner_obj);
+		hooked = 0;
+	}
+	/* otherwise stay as a pass-through below whoever wrapped us */
+}
+
+/* Bytes in front of the object in its memory block. */
+static unsigned int preheader(PyObject *op)
+{
+	PyTypeObject *tp = Py_TYPE(op);
+	unsigned int size = PyType_IS_GC(tp) ? 2 * sizeof(uintptr_t) : 0;
+
+#if PY_VERSION_HEX >= 0x030C0000
+	if (PyType_HasFeature(tp, Py_TPFLAGS_MANAGED_DICT | Py_TPFLAGS_MANAGED_WEAKREF))
+		size += 2 * sizeof(PyObject *);
+#else
+	if (PyType_HasFeature(tp, Py_TPFLAGS_MANAGED_DICT))
+		size += 2 * sizeof(PyObject *);
+#endif
+	return size;
+}
+
+struct mtp_obj *mtp_lookup(PyObject *op)
+{
+	return mtp_objtable_find(&mtp_table, (uintptr_t)op - preheader(op));
+}
+
+struct mark_walk {
+	PyObject **stack;
+	unsigned int *depth;
+	size_t top, cap;
+	unsigned int cur_depth, depth_limit, size_limit, children;
+	int nomem;
+	struct mtp_mark_result *r;
+};
+
+/* Marks @op; returns its entry and whether it was already traversed. */
+static struct mtp_obj *mark_one(PyObject *op, struct mark_walk *w, int *seen)
+{
+	unsigned int pre = preheader(op);
+	int created;
+	struct mtp_obj *o = mtp_objtable_insert(&mtp_table, (uintptr_t)op - pre, &created);
+
+	if (!o) {
+		w->nomem = 1;
+		return NULL;
+	}
+	w->r->visited++;
+	if (created) {
+		w->r->added++;
+		o->offset16 = pre / 16;
+		o->pass = !pass_parity;	/* not traversed in this pass yet */
+	}
+	*seen = o->pass == pass_parity;
+	return o;
+}
+
+static int push(struct mark_walk *w, PyObject *op, unsigned int depth)
+{
+	if (w->top == w->cap) {
+		size_t cap = w->cap ? 2 * w->cap : 4096;
+		PyObject **stack = realloc(w->stack, cap * sizeof(*stack));
+
+		if (!stack)
+			return -1;
+		w->stack = stack;
+		unsigned int *d = realloc(w->depth, cap * sizeof(*d));
+
+		if (!d)
+			return -1;
+		w->depth = d;
+		w->cap = cap;
+	}
+	w->stack[w->top] = op;
+	w->depth[w->top++] = depth;
+	return 0;
+}
+
+static int visit_child(PyObject *child, void *arg)
+{
+	struct mark_walk *w = arg;
+	int seen;
+
+	if (!child)
+		return 0;
+	if (w->size_limit && ++w->children > w->size_limit) {
+		w->r->cut_size++;
+		return 1;	/* stops this container's tp_traverse */
+	}
+	struct mtp_obj *o = mark_one(child, w, &seen);
+
+	if (!o)
+		return -1;
+	if (seen || !PyObject_IS_GC(child))
+		return 0;
+	if (w->depth_limit && w->cur_depth + 1 > w->depth_limit) {
+		/* marked, not traversed: a later root may still reach it */
+		w->r->cut_depth++;
+		return 0;
+	}
+	o->pass = pass_parity;
+	if (push(w, child, w->cur_depth + 1)) {
+		w->nomem = 1;
+		return -1;
+	}
+	return 0;
+}
+
+static void traverse_from(PyObject *root, struct mark_walk *w)
+{
+	if (push(w, root, 0)) {
+		w->nomem = 1;
+		return;
+	}
+	while (w->top && !w->nomem) {
+		PyObject *op = w->stack[--w->top];
+		traverseproc traverse = Py_TYPE(op)->tp_traverse;
+
+		w->cur_depth = w->depth[w->top];
+		w->children = 0;
+		if (traverse)
+			traverse(op, visit_child, w);
+	}
+}
+
+int mtp_mark(unsigned int depth_limit, unsigned int size_limit, struct mtp_mark_result *r)
+{
+	struct mark_walk w = {
+		.depth_limit = depth_limit, .size_limit = size_limit, .r = r,
+	};
+	PyObject *gc, *roots;
+
+	memset(r, 0, sizeof(*r));
+	if (mtp_table.tombstones > mtp_table.live / 4 && mtp_objtable_compact(&mtp_table)) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	gc = PyImport_ImportModule("gc");
+	if (!gc)
+		return -1;
+	roots = PyObject_CallMethod(gc, "get_objects", NULL);
+	Py_DECREF(gc);
+	if (!roots)
+		return -1;
+	if (!PyList_Check(roots)) {
+		Py_DECREF(roots);
+		PyErr_SetString(PyExc_TypeError, "gc.get_objects() did not return a list");
+		return -1;
+	}
+	pass_parity = !pass_parity;
+	/* no Python code runs from here on: the world stands still */
+	for (Py_ssize_t i = 0; i < PyList_GET_SIZE(roots) && !w.nomem; i++) {
+		PyObject *op = PyList_GET_ITEM(roots, i);
+		int seen;
+		struct mtp_obj *o = mark_one(op, &w, &seen);
+
+		r->roots++;
+		if (!o || seen)
+			continue;
+		o->pass = pass_parity;
+		traverse_from(op, &w);
+	}
+	free(w.stack);
+	free(w.depth);
+	Py_DECREF(roots);
+	if (w.nomem) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	return 0;
+}
+
+void mtp_sample(size_t batch, struct mtp_sample_result *r)
+{
+	unsigned int pos = history_pos;
+
+	memset(r, 0, sizeof(*r));
+	for (size_t i = 0; i < mtp_table.cap; i++) {
+		if (batch && i && i % batch == 0) {
+			/* let the program run; frees only turn entries into tombstones */
+			Py_BEGIN_ALLOW_THREADS
+			Py_END_ALLOW_THREADS
+		}
+		struct mtp_obj *o = &mtp_table.slots[i];
+
+		if (!mtp_obj_live(o))
+			continue;
+		if (o->skip) {
+			o->skip--;
+			o->changes[pos] = 0;
+			r->skipped++;
+			continue;
+		}
+		PyObject *op = (PyObject *)mtp_obj_address(o);
+		uint32_t now = (uint32_t)Py_REFCNT(op);
+		int64_t delta = (int32_t)(now - o->prev);
+
+		if (delta < 0)
+			delta = -delta;
+		o->changes[pos] = o->fresh ? 0 : (uint8_t)(delta > 255 ? 255 : delta);
+		o->prev = now;
+		r->sampled++;
+		if (o->fresh) {
+			o->fresh = 0;
+			continue;
+		}
+		uint64_t any;
+
+		memcpy(&any, o->changes, sizeof(any));
+		if (!any)
+			o->skip = 2;	/* untouched for a whole history: skip two phases */
+	}
+	history_pos = (pos + 1) % MTP_HISTORY;
+}
+
+struct mtp_heat *mtp_collect_heat(const struct mtp_model *m, size_t page_size, size_t *n)
+{
+	struct mtp_heat *heat = malloc((mtp_table.live ? mtp_table.live : 1) * sizeof(*heat));
+
+	*n = 0;
+	if (!heat)
+		return NULL;
+	for (size_t i = 0; i < mtp_table.cap; i++) {
+		const struct mtp_obj *o = &mtp_table.slots[i];
+
+		if (!mtp_obj_live(o) || o->fresh)
+			continue;
+		heat[*n].page = mtp_obj_address(o) & ~(uint64_t)(page_size - 1);
+		heat[(*n)++].heat = mtp_page_heat(m, o->changes);
+	}
+	return heat;
+}
