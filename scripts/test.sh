@@ -34,15 +34,24 @@ deps_install_all || { echo "dependency installation failed"; exit 1; }
 step "cargo fmt" cargo fmt --all -- --check
 step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo test" cargo test --workspace --locked
+step "tier-policy simulation (budget, slices, SLO, SA vs brute force, calibration)" cargo run --release --locked -q -p tier-policy -- bench --model policy/models/lc-sac.safetensors --check
 
 [[ -d guest/kmod/tiering/tests ]] && step "range classifier (user space)" make -s -C guest/kmod/tiering/tests
 [[ -x scripts/test-vmmload.sh ]] && step "vmmload" ./scripts/test-vmmload.sh
 [[ -x scripts/api-contract.sh ]] && step "REST API contract (against cloud-hypervisor)" env API_CONTRACT_TARGET=vmm ./scripts/api-contract.sh
+step "MTP CPython extension (pip install, pytest, two-node migration)" ./guest/python/mtp/run-tests.sh
 step "upstream ch-remote v53 against ours and upstream's VMM" ./scripts/test-ch-interop.sh
 step "upstream v53 configs both ways (vm.info -> vm.create)" ./scripts/test-config-compat.sh
-step "testbed scenarios" ./scripts/testbed.sh $(deps_testbed_scenarios)
+step "testbed harness: crashes are reported, not retried away" ./scripts/lib/tb-run-selftest.sh
+# The testbed's CRASH lines (guest triple faults, VMM crashes; evidence
+# kept even when a re-run passed) are repeated in the final summary.
+mkdir -p build
+testbed_log=build/test-testbed.log
+testbed() { ./scripts/testbed.sh "$@" 2>&1 | tee "$testbed_log"; }
+step "testbed scenarios" testbed $(deps_testbed_scenarios)
 
 printf '\n'
+grep -a '^CRASH ' "$testbed_log" 2>/dev/null
 ((failed > 0)) && printf 'failed steps: %s\n' "${failed_steps[*]}"
 printf '%d passed, %d failed\n' "$passed" "$failed"
 ((failed == 0))

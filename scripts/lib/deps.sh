@@ -7,7 +7,10 @@ DEPS_PACKAGES=(
     build-essential pkg-config
     qemu-system-x86 busybox-static cpio numactl xz-utils zstd kmod
     linux-image-6.12-amd64 linux-headers-6.12-amd64
+    linux-headers-amd64 # Debian 12's default 6.1 LTS: the guest modules must build on it
     python3-venv curl
+    python3-dev # guest/python/mtp: the MTP CPython extension
+    pigz bzip2 sqlite3 jq git openssl perl mawk # vmmload's real-program suite
 )
 
 deps_install_packages() {
