@@ -78,7 +78,8 @@ same_as_native() {
 echo "== programs that must behave as natively"
 same_as_native "static C program" "$WORK/hello-static" one two
 VMMLOAD_TEST=x same_as_native "dynamic C program" "$WORK/hello-dyn" a b c
-same_as_native "/bin/ls -la /" /bin/ls -la /
+# / itself would race with /proc's link count as other processes come and go
+same_as_native "/bin/ls -la /usr/share/doc/coreutils" /bin/ls -la /usr/share/doc/coreutils
 same_as_native "md5sum of a 50 MB file" md5sum "$WORK/big.bin"
 same_as_native "file positions with the read cache" "$WORK/readcache" "$WORK/big.bin"
 VMMLOAD_EXTRA=--no-read-cache same_as_native "md5sum without the read cache" md5sum "$WORK/big.bin"
