@@ -226,7 +226,7 @@ fi
 echo "== signals delivered to the program's handlers"
 if gcc $CFLAGS -pthread -o "$WORK/signals" "$SRC/signals.c"; then
 	for m in alarm-spin alarm-read alarm-read-restart sigpipe sigpipe-ignored sigchld faults \
-		altstack nested sigsuspend sigtimedwait ppoll timer threads fpstate storm resethand badhandler badstack badsigreturn sigreturn-unmapped; do
+		altstack nested sigsuspend sigtimedwait ppoll timer threads fpstate storm sibling-storm resethand badhandler badstack badsigreturn sigreturn-unmapped; do
 		same_as_native "signals: $m" "$WORK/signals" $m
 	done
 	same_as_native "signals: SIG_IGN survives execve" /bin/sh -c 'trap "" USR1; exec "$0" inherit' "$WORK/signals"
@@ -278,6 +278,7 @@ fi
 # ---- real programs, process groups, quiet mode, RAM sizing (issue 12) ----
 . "$SRC/realprogs.sh"
 . "$SRC/runctl.sh"
+. "$SRC/forkbomb.sh"
 # ---- end of the issue 12 real-program section ----
 
 echo "== bad input"

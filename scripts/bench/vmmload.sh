@@ -70,6 +70,7 @@ fi
 gcc -O2 -o "$WORK/cpu" "$SRC/cpu.c"
 gcc -O2 -o "$WORK/sysbench" "$SRC/sysbench.c"
 gcc -O2 -pthread -o "$WORK/futex" "$SRC/futex.c"
+gcc -O2 -o "$WORK/tscgaps" "$SRC/tscgaps.c"
 head -c $((FILE_MB << 20)) /dev/urandom >"$WORK/big.bin"
 md5sum "$WORK/big.bin" >/dev/null # warm the page cache
 # Compressor input: this machine's programs (compressible, not trivially).
@@ -175,6 +176,12 @@ native_clock=$("$WORK/sysbench" 1000000 clock)
 vm_clock=$("$BIN" -q --ring-entries 0 -- "$WORK/sysbench" 1000000 clock)
 native_pp=$("$WORK/futex" pingpong 20000)
 vm_pp=$("$BIN" -q --ring-entries 0 -- "$WORK/futex" pingpong 5000)
+# Where a CPU-bound program's extra time goes: gaps in a tight rdtsc loop
+# (host interrupts natively; under vmmload also every exit that KVM handles
+# in the kernel, such as the host timer tick, which vmmload never sees).
+kv2json() { awk '{ printf "{"; for (i = 1; i <= NF; i++) { split($i, a, "="); printf "%s\"%s\":%s", (i > 1 ? "," : ""), a[1], a[2] } printf "}" }'; }
+gaps_native=$("$WORK/tscgaps" 3 | kv2json)
+gaps_vm=$("$BIN" -q --ring-entries 0 -- "$WORK/tscgaps" 3 | kv2json)
 
 slow() { awk -v v="${T[$1.$2]}" -v n="${T[$1.native]}" 'BEGIN { printf "%.2f", (v / n - 1) * 100 }'; }
 cslow() { awk -v v="${C[$1.$2]}" -v n="${C[$1.native]}" 'BEGIN { printf "%.2f", (n > 0 ? (v / n - 1) * 100 : 0) }'; }
@@ -191,6 +198,7 @@ done
 loc+=",\"md5_file_mib\":$FILE_MB,\"xz_input_mib\":$XZ_MB,\"md5_profile\":$prof_md5,\"xz_profile\":$prof_xz"
 loc+=",\"syscall_roundtrip_native_ns\":$native_rt,\"syscall_roundtrip_vmmload_ns\":$vm_rt"
 loc+=",\"clock_gettime_native_ns\":$native_clock,\"clock_gettime_vmmload_ns\":$vm_clock"
-loc+=",\"futex_pingpong_native_ns\":$native_pp,\"futex_pingpong_vmmload_ns\":$vm_pp}"
+loc+=",\"futex_pingpong_native_ns\":$native_pp,\"futex_pingpong_vmmload_ns\":$vm_pp"
+loc+=",\"tsc_gaps_native\":$gaps_native,\"tsc_gaps_vmmload_off\":$gaps_vm}"
 echo "local: $loc" >&2
 echo "{\"bench\":\"vmmload\",\"configs\":\"off = --ring-entries 0; writes = default ring, --reads off; reads = default ring, writes+reads\",\"local\":$loc,\"standard_kvm\":$(kvm_part)}"

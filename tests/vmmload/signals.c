@@ -2,8 +2,10 @@
  * vmmload, stdout and exit status must match. One scenario per argument. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdint.h>
@@ -321,6 +323,77 @@ static void storm(void)
 	printf("1 kHz itimer for 1 s: handler ran > 100 times: %d\n", hits2 > 100);
 }
 
+static volatile sig_atomic_t rt_hits;
+static volatile long rt_sum;
+
+static void on_rt(int sig, siginfo_t *si, void *uc)
+{
+	(void)sig;
+	(void)uc;
+	rt_hits++;
+	rt_sum += si->si_value.sival_int;
+}
+
+/* A forked sibling floods the parent with signals while the parent keeps
+ * making system calls: coalesced SIGUSR1s, queued real-time signals carrying
+ * values (all must arrive, in full), then one SIGUSR2. The parent must keep
+ * running and still get a later SIGALRM. */
+static void sibling_storm(void)
+{
+	enum { N_USR1 = 5000, N_RT = 2000 };
+	struct sigaction sa;
+	struct timespec end, now;
+	union sigval v;
+	pid_t parent = getpid(), child;
+	int fd, i, st;
+	long writes = 0;
+
+	set(SIGUSR1, on_sig, SA_RESTART);
+	set(SIGUSR2, on_sig2, SA_RESTART);
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = on_rt;
+	sa.sa_flags = SA_SIGINFO | SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGRTMIN, &sa, NULL);
+	fd = open("/dev/null", O_WRONLY);
+	child = fork();
+	if (child == 0) {
+		for (i = 0; i < N_USR1; i++)
+			kill(parent, SIGUSR1);
+		for (i = 0; i < N_RT; i++) {
+			v.sival_int = i;
+			while (sigqueue(parent, SIGRTMIN, v) && errno == EAGAIN)
+				sched_yield();
+		}
+		kill(parent, SIGUSR2);
+		_exit(7);
+	}
+	while (!hits2) {
+		if (write(fd, "x", 1) == 1)
+			writes++;
+	}
+	while (waitpid(child, &st, 0) < 0 && errno == EINTR)
+		;
+	/* Queued signals sent before SIGUSR2 are pending or delivered by now;
+	 * a system call is a delivery point for the rest. */
+	clock_gettime(CLOCK_MONOTONIC, &end);
+	end.tv_sec += 10;
+	do {
+		if (write(fd, "x", 1) == 1)
+			writes++;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+	} while (rt_hits < N_RT && now.tv_sec < end.tv_sec);
+	printf("sibling exit %d; SIGUSR1 handled at least once: %d, at most %d times: %d\n",
+	       WEXITSTATUS(st), hits >= 1, N_USR1, hits <= N_USR1);
+	printf("queued SIGRTMIN: %d of %d, values sum %ld\n", rt_hits, N_RT, rt_sum);
+	set(SIGALRM, on_sig2, 0);
+	hits2 = 0;
+	alarm(1);
+	while (!hits2)
+		pause();
+	printf("SIGALRM after the storm delivered; parent made system calls: %d\n", writes > 0);
+}
+
 static void on_timer(int sig, siginfo_t *si, void *uc)
 {
 	(void)sig;
@@ -598,6 +671,8 @@ int main(int argc, char **argv)
 		timedwait();
 	else if (!strcmp(m, "storm"))
 		storm();
+	else if (!strcmp(m, "sibling-storm"))
+		sibling_storm();
 	else if (!strcmp(m, "fpstate"))
 		fpstate();
 	else if (!strcmp(m, "resethand"))

@@ -16,7 +16,6 @@
 //! to the program.
 
 use std::ffi::CString;
-use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
@@ -24,6 +23,7 @@ use std::time::Instant;
 use kvm_bindings::kvm_regs;
 use kvm_ioctls::VcpuFd;
 
+use crate::forkreport::{ChildEnd, ForkReport};
 use crate::mm::Mm;
 use crate::process::{Process, Thread, VcpuStart};
 use crate::session::Session;
@@ -55,6 +55,9 @@ pub fn fork(p: &Arc<Process>, vcpu: &mut VcpuFd, t: &Thread, r: &kvm_regs, flags
     let actions = p.signals.lock().expect("signals lock").actions;
     let exe = p.exe.lock().expect("exe lock").clone();
     let backend = p.backend.get().copied();
+    let Ok(report) = ForkReport::new() else {
+        return err(libc::EAGAIN);
+    };
     // Hold stderr across fork so the child never inherits it locked by
     // another thread (the logger writes there).
     let stderr = std::io::stderr();
@@ -70,6 +73,14 @@ pub fn fork(p: &Arc<Process>, vcpu: &mut VcpuFd, t: &Thread, r: &kvm_regs, flags
                 .raw_os_error()
                 .unwrap_or(libc::EAGAIN));
         }
+        if let Err(e) = report.parent().wait() {
+            // The child could not start: fork fails as it would natively.
+            // SAFETY: reaping our own child; a NULL status is allowed.
+            while unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::__WALL) } < 0
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+            {}
+            return err(e);
+        }
         if flags & CLONE_PARENT_SETTID != 0 && r.rdx != 0 {
             let _ =
                 p.mm.lock()
@@ -79,6 +90,7 @@ pub fn fork(p: &Arc<Process>, vcpu: &mut VcpuFd, t: &Thread, r: &kvm_regs, flags
         return Action::Return(pid as i64);
     }
     drop(lock);
+    let report = report.child();
     let mut opts = p.opts.clone();
     opts.ring_entries = 0;
     opts.read_cache = false;
@@ -91,11 +103,7 @@ pub fn fork(p: &Arc<Process>, vcpu: &mut VcpuFd, t: &Thread, r: &kvm_regs, flags
     let (tx, rx) = mpsc::channel();
     let child = match Process::with_memory(opts, exe, tx, mm_copy, true) {
         Ok(c) => Arc::new(c),
-        Err(e) => {
-            let _ = writeln!(std::io::stderr(), "vmmload: forked child: {e}");
-            // SAFETY: leaving the child process without running the parent's destructors.
-            unsafe { libc::_exit(125) };
-        }
+        Err(e) => child_failed(report, libc::EAGAIN, &e),
     };
     child.signals.lock().expect("signals lock").actions = actions;
     if let Some(b) = backend {
@@ -115,13 +123,9 @@ pub fn fork(p: &Arc<Process>, vcpu: &mut VcpuFd, t: &Thread, r: &kvm_regs, flags
         fs_base: sregs.fs.base,
         gs_base: sregs.gs.base,
     };
-    let cvcpu = match child.create_vcpu(&start) {
+    let mut cvcpu = match child.create_vcpu(&start) {
         Ok(v) => v,
-        Err(e) => {
-            let _ = writeln!(std::io::stderr(), "vmmload: forked child: {e}");
-            // SAFETY: as above.
-            unsafe { libc::_exit(125) };
-        }
+        Err(e) => child_failed(report, libc::EAGAIN, &e),
     };
     // SAFETY: the state comes from KVM_GET_XSAVE of a vCPU of the same host.
     if let Err(e) = unsafe { cvcpu.set_xsave(&xsave) } {
@@ -147,10 +151,15 @@ pub fn fork(p: &Arc<Process>, vcpu: &mut VcpuFd, t: &Thread, r: &kvm_regs, flags
     let spawned = std::thread::Builder::new()
         .name("supervisor".into())
         .spawn(move || std::process::exit(crate::session::supervise(sup, rx, started)));
-    if spawned.is_err() {
-        // SAFETY: as above.
-        unsafe { libc::_exit(125) };
+    if let Err(e) = spawned.and_then(|_| crate::signals::host::start_forwarder(&child)) {
+        let errno = e.raw_os_error().unwrap_or(libc::EAGAIN);
+        child_failed(report, errno, &format!("cannot start a host thread: {e}"));
     }
+    if let Err(e) = crate::process::prepare_run(&mut cvcpu) {
+        let errno = e.raw_os_error().unwrap_or(libc::EAGAIN);
+        child_failed(report, errno, &format!("KVM_RUN: {e}"));
+    }
+    report.send(0);
     let (rtx, _rrx) = mpsc::channel();
     child.run_vcpu_here(cvcpu, setup, rtx);
     // The guest thread ended; the supervisor ends the process.
@@ -160,6 +169,15 @@ pub fn fork(p: &Arc<Process>, vcpu: &mut VcpuFd, t: &Thread, r: &kvm_regs, flags
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
     }
+}
+
+/// A forked child that cannot run the program: the parent's fork fails with
+/// `errno` (and reaps this process).
+fn child_failed(report: ChildEnd, errno: i32, why: &str) -> ! {
+    log::warn!("forked child: {why}");
+    report.send(errno);
+    // SAFETY: leaving the child process without running the parent's destructors.
+    unsafe { libc::_exit(125) }
 }
 
 /// Reads a NULL-terminated array of strings from guest memory.

@@ -6,6 +6,7 @@ mod elf;
 mod fastcalls;
 mod fds;
 mod forkexec;
+mod forkreport;
 mod futex;
 mod group;
 mod heatmap;

@@ -473,13 +473,21 @@ impl Process {
         }
     }
 
-    /// Runs a guest thread on the calling host thread until it exits.
+    /// Runs a guest thread on the calling host thread until it exits. If
+    /// KVM cannot run the vCPU on this thread, `ready` is dropped (clone
+    /// fails with EAGAIN), or the run ends with an error for the first one.
     pub fn run_vcpu_here(
         self: &Arc<Self>,
-        vcpu: VcpuFd,
+        mut vcpu: VcpuFd,
         setup: sys::ThreadSetup,
         ready: std::sync::mpsc::Sender<i32>,
     ) {
+        if let Err(e) = prepare_run(&mut vcpu) {
+            if self.threads.lock().expect("threads lock").is_empty() {
+                self.end(Ending::Error(format!("KVM_RUN: {e}")));
+            }
+            return;
+        }
         let tid = gettid();
         // SAFETY: pthread_self has no preconditions.
         let me = unsafe { libc::pthread_self() };
@@ -501,6 +509,9 @@ impl Process {
 
     fn vcpu_loop(self: &Arc<Self>, mut vcpu: VcpuFd, t: &mut Thread) {
         set_run_sigmask(&vcpu);
+        // The last exits before a fatal one: on SVM a shutdown resets the
+        // vCPU, so its own RIP says nothing about where the guest was.
+        let mut recent = RecentExits::default();
         loop {
             if self.stopping.load(Ordering::SeqCst) {
                 return;
@@ -537,6 +548,18 @@ impl Process {
                 Err(e) => Exit::Fatal(format!("KVM_RUN: {e}")),
             };
             drop(guard);
+            if let Exit::Fatal(msg) = &exit {
+                let rip = vcpu.get_regs().map(|r| r.rip).unwrap_or(0);
+                let msg = format!("{msg} at rip {rip:#x}; {}", recent.describe());
+                self.counters.exits.fetch_add(1, Ordering::Relaxed);
+                self.counters.profile.exit(exit.reason());
+                self.end(Ending::Error(msg));
+                return;
+            }
+            {
+                let r = &vcpu.sync_regs().regs;
+                recent.push(&exit, r.rip, r.rax);
+            }
             self.counters.exits.fetch_add(1, Ordering::Relaxed);
             self.counters.profile.exit(exit.reason());
             match exit {
@@ -576,11 +599,8 @@ impl Process {
                     self.end(Ending::Error(format!("unexpected port I/O to {port:#x}")));
                     return;
                 }
-                Exit::Fatal(msg) => {
-                    let rip = vcpu.get_regs().map(|r| r.rip).unwrap_or(0);
-                    self.end(Ending::Error(format!("{msg} at rip {rip:#x}")));
-                    return;
-                }
+                // Ended above, before the exit was recorded.
+                Exit::Fatal(_) => return,
             }
         }
     }
@@ -679,6 +699,43 @@ enum Exit {
     Fatal(String),
 }
 
+/// The last few exits of one vCPU: (reason, RIP, RAX) as KVM reported them.
+#[derive(Default)]
+struct RecentExits {
+    entries: [(&'static str, u64, u64); 4],
+    next: usize,
+}
+
+impl RecentExits {
+    fn push(&mut self, exit: &Exit, rip: u64, rax: u64) {
+        let what = match exit {
+            Exit::Port(SYSCALL_PORT) => "syscall",
+            Exit::Port(_) => "exception",
+            Exit::RingFull => "ring-full",
+            Exit::Kick => "kick",
+            Exit::Fatal(_) => "fatal",
+        };
+        self.entries[self.next % self.entries.len()] = (what, rip, rax);
+        self.next += 1;
+    }
+
+    /// Oldest first, e.g. "last exits: kick at rip 0x401000 (rax 0x1), …".
+    fn describe(&self) -> String {
+        let n = self.next.min(self.entries.len());
+        let list: Vec<String> = (self.next - n..self.next)
+            .map(|i| {
+                let (w, rip, rax) = self.entries[i % self.entries.len()];
+                format!("{w} at rip {rip:#x} (rax {rax:#x})")
+            })
+            .collect();
+        if list.is_empty() {
+            "no earlier exit".into()
+        } else {
+            format!("last exits: {}", list.join(", "))
+        }
+    }
+}
+
 impl Exit {
     fn reason(&self) -> crate::profile::ExitReason {
         use crate::profile::ExitReason as R;
@@ -750,4 +807,44 @@ fn flush_guest_tlb(vcpu: &VcpuFd) {
 pub fn gettid() -> i32 {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+/// The first KVM_RUN of a vCPU on a host thread does per-thread setup in KVM
+/// (on recent kernels it may create a kernel worker task counted against
+/// RLIMIT_NPROC). Doing it with `immediate_exit` set runs no guest code and
+/// shows whether it works: KVM answers EINTR when it does. Without this, a
+/// persistent EAGAIN from KVM_RUN would look like a kick forever.
+pub fn prepare_run(vcpu: &mut VcpuFd) -> std::io::Result<()> {
+    vcpu.set_kvm_immediate_exit(1);
+    let r = vcpu.run().map(|_| ());
+    vcpu.set_kvm_immediate_exit(0);
+    match r {
+        Err(e) if e.errno() == libc::EINTR => Ok(()),
+        Err(e) => Err(std::io::Error::from_raw_os_error(e.errno())),
+        Ok(()) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recent_exits_keep_the_last_four_oldest_first() {
+        let mut r = RecentExits::default();
+        assert_eq!(r.describe(), "no earlier exit");
+        for i in 0..6u64 {
+            let e = if i % 2 == 0 {
+                Exit::Kick
+            } else {
+                Exit::Port(SYSCALL_PORT)
+            };
+            r.push(&e, 0x1000 + i, i);
+        }
+        assert_eq!(
+            r.describe(),
+            "last exits: kick at rip 0x1002 (rax 0x2), syscall at rip 0x1003 (rax 0x3), \
+             kick at rip 0x1004 (rax 0x4), syscall at rip 0x1005 (rax 0x5)"
+        );
+    }
 }

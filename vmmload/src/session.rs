@@ -42,20 +42,28 @@ fn start_sampler(p: &Arc<Process>, interval_ms: u64) -> Option<JoinHandle<()>> {
     }
     let ps = p.clone();
     let iv = Duration::from_millis(interval_ms);
-    Some(std::thread::spawn(move || {
-        let mut next = Instant::now() + iv;
-        while !ps.stopping.load(Ordering::SeqCst) {
-            let now = Instant::now();
-            if now < next {
-                std::thread::sleep((next - now).min(Duration::from_millis(20)));
-                continue;
+    let spawned = std::thread::Builder::new()
+        .name("sampler".into())
+        .spawn(move || {
+            let mut next = Instant::now() + iv;
+            while !ps.stopping.load(Ordering::SeqCst) {
+                let now = Instant::now();
+                if now < next {
+                    // Woken early (unpark) when the run ends.
+                    std::thread::park_timeout(next - now);
+                    continue;
+                }
+                next += iv;
+                if !ps.stopping.load(Ordering::SeqCst) {
+                    ps.tracker.sample(&ps, false);
+                }
             }
-            next += iv;
-            if !ps.stopping.load(Ordering::SeqCst) {
-                ps.tracker.sample(&ps, false);
-            }
-        }
-    }))
+        });
+    // A process limit (RLIMIT_NPROC counts threads) must not stop the
+    // program: it runs on, profiled only at ring-full exits and at its end.
+    spawned
+        .map_err(|e| log::warn!("cannot start the sampler thread ({e}): no interval sampling"))
+        .ok()
 }
 
 /// Waits for the end of the run (the first vCPU is already running),
@@ -66,7 +74,17 @@ pub fn supervise(p: Arc<Process>, rx: Receiver<Ending>, t0: Instant) -> i32 {
     let sampler = start_sampler(&p, s.interval_ms);
     let deadline = s.deadline;
     let ending = loop {
-        match rx.recv_timeout(Duration::from_millis(20)) {
+        // Wake only when there is something to check: a wake-up per 20 ms
+        // is a host context switch that can interrupt a running vCPU.
+        let mut wait = if crate::signals::host::forwarder_active() {
+            Duration::from_secs(1)
+        } else {
+            Duration::from_millis(20)
+        };
+        if let Some(d) = deadline {
+            wait = wait.min(d.saturating_duration_since(Instant::now()));
+        }
+        match rx.recv_timeout(wait) {
             Ok(e) => break e,
             Err(RecvTimeoutError::Disconnected) => {
                 break Ending::Error("all threads vanished".into())
@@ -84,6 +102,7 @@ pub fn supervise(p: Arc<Process>, rx: Receiver<Ending>, t0: Instant) -> i32 {
     let elapsed = t0.elapsed();
     end_group(&s, &ending);
     if let Some(h) = sampler {
+        h.thread().unpark();
         let _ = h.join();
     }
     p.tracker.sample(&p, true);

@@ -138,8 +138,17 @@ pub fn thread_started(p: &Arc<Process>) {
         libc::sigaddset(&mut set, wake_signal());
         libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
     }
+    if let Err(e) = start_forwarder(p) {
+        log::warn!("cannot start the signal thread ({e}): signals to vmmload end the run");
+    }
+}
+
+/// Starts this host process's forwarder thread unless it runs already. A
+/// forked child starts it before its fork is reported done, so that a
+/// thread limit (RLIMIT_NPROC) fails the fork instead of the child.
+pub fn start_forwarder(p: &Arc<Process>) -> std::io::Result<()> {
     if forwarder_active() {
-        return;
+        return Ok(());
     }
     // SAFETY: getpid has no preconditions.
     FORWARDER_PID.store(unsafe { libc::getpid() }, Ordering::SeqCst);
@@ -147,10 +156,10 @@ pub fn thread_started(p: &Arc<Process>) {
     let r = std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || forward(weak));
-    if let Err(e) = r {
+    if r.is_err() {
         FORWARDER_PID.store(0, Ordering::SeqCst);
-        log::warn!("cannot start the signal thread ({e}): signals to vmmload end the run");
     }
+    r.map(|_| ())
 }
 
 /// Sends the wake signal to thread `tid` of this process (tgkill: a thread
