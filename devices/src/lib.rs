@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 mod bus;
+pub mod event_loop;
 pub mod legacy;
 pub mod sandbox;
 pub mod virtio;

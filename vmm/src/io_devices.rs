@@ -1,42 +1,14 @@
 //! Builds the disks (virtio-blk) and NICs (virtio-net over a TAP) from the
-//! configuration, and names their counters as Cloud Hypervisor does
-//! (`id`, or `_disk<N>` / `_net<N>`).
+//! configuration; their ids (`id`, or `_disk<N>` / `_net<N>`, as Cloud
+//! Hypervisor names them) key their counters.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
-use devices::virtio::block::BlockMetrics;
-use devices::virtio::console::ConsoleMetrics;
-use devices::virtio::net::NetMetrics;
 use devices::virtio::{Block, Console, DiskOptions, Net, NetOptions, Tap};
 use vm_config::{ConsoleOutputMode, DiskConfig, NetConfig, VmConfig};
 
 use crate::vm::VmError;
 
-/// Where one device's counters come from.
-pub enum Counters {
-    /// A disk.
-    Block(Arc<BlockMetrics>),
-    /// A NIC.
-    Net(Arc<NetMetrics>),
-    /// The virtio console.
-    Console(Arc<ConsoleMetrics>),
-}
-
 /// Counter name of the virtio console (Cloud Hypervisor's device id).
 pub const CONSOLE_ID: &str = "__console";
-
-impl Counters {
-    /// Counter name → value.
-    pub fn snapshot(&self) -> BTreeMap<String, u64> {
-        let pairs = match self {
-            Self::Block(m) => m.snapshot(),
-            Self::Net(m) => m.snapshot(),
-            Self::Console(m) => m.snapshot(),
-        };
-        pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
-    }
-}
 
 /// The disk's device; its image is opened now.
 pub fn create_disk(id: String, cfg: &DiskConfig) -> Result<(String, Block), VmError> {

@@ -11,6 +11,7 @@
 pub mod balloon;
 pub mod console;
 pub mod cpu;
+pub mod device_manager;
 pub mod io_devices;
 pub mod landlock;
 pub mod memory;

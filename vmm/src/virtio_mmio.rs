@@ -7,7 +7,10 @@ use std::sync::{Arc, Mutex};
 
 use arch::acpi::VirtioMmioDesc;
 use arch::layout;
-use devices::virtio::{MmioTransport, VirtioDevice, MMIO_NOTIFY_OFFSET, MMIO_WINDOW_SIZE};
+use devices::event_loop::LoopHandle;
+use devices::virtio::{
+    MmioInterrupt, MmioTransport, VirtioDevice, MMIO_NOTIFY_OFFSET, MMIO_WINDOW_SIZE,
+};
 use devices::{Bus, IrqTrigger};
 use kvm_ioctls::{IoEventAddress, VmFd};
 
@@ -48,47 +51,22 @@ impl VirtioMmioAllocator {
     }
 }
 
-/// The VM's virtio devices and the MMIO bus they sit on.
-#[derive(Default)]
-pub struct VirtioMmioDevices {
-    /// The MMIO bus (handed to the vCPUs).
-    pub bus: Bus,
-    /// Every device, for shutdown.
-    pub devices: Vec<Arc<Mutex<dyn VirtioDevice>>>,
-    /// What the DSDT describes.
-    pub descs: Vec<VirtioMmioDesc>,
-    alloc: VirtioMmioAllocator,
-}
-
-impl VirtioMmioDevices {
-    /// Attaches `device` (see [`attach`]) and keeps it.
-    pub fn add(
-        &mut self,
-        vm_fd: &VmFd,
-        mem: &devices::virtio::GuestMemoryMmap,
-        device: Arc<Mutex<dyn VirtioDevice>>,
-    ) -> Result<(), VmError> {
-        let desc = attach(vm_fd, &mut self.bus, &mut self.alloc, mem, device.clone())?;
-        self.descs.push(desc);
-        self.devices.push(device);
-        Ok(())
-    }
-}
-
-/// Wires `device` into the VM: a transport on `mmio_bus`, its irqfd and its
-/// queue ioeventfds. Returns what the DSDT must describe.
+/// Wires `device` into the VM: a transport on `mmio_bus` whose data path
+/// runs on `device_loop`, its irqfd and its queue ioeventfds. Returns what
+/// the DSDT must describe and the transport's interrupt.
 pub fn attach(
     vm_fd: &VmFd,
     mmio_bus: &mut Bus,
     alloc: &mut VirtioMmioAllocator,
     mem: &devices::virtio::GuestMemoryMmap,
     device: Arc<Mutex<dyn VirtioDevice>>,
-) -> Result<VirtioMmioDesc, VmError> {
+    device_loop: LoopHandle,
+) -> Result<(VirtioMmioDesc, Arc<MmioInterrupt>), VmError> {
     let (base, gsi) = alloc
         .allocate()
         .ok_or_else(|| VmError::Device("no interrupt line left for a virtio device".into()))?;
     let irq = IrqTrigger::new().map_err(|e| VmError::Io("eventfd", e))?;
-    let transport = MmioTransport::new(device, mem.clone(), irq)
+    let transport = MmioTransport::new(device, mem.clone(), irq, device_loop)
         .map_err(|e| VmError::Io("creating the virtio-mmio transport", e))?;
     vm_fd
         .register_irqfd(transport.irq_evt(), gsi)
@@ -104,14 +82,18 @@ pub fn attach(
             )
             .map_err(|e| VmError::Kvm("KVM_IOEVENTFD", e))?;
     }
+    let interrupt = transport.interrupt();
     mmio_bus
         .insert(Arc::new(Mutex::new(transport)), base, MMIO_WINDOW_SIZE)
         .map_err(|e| VmError::Device(e.to_string()))?;
-    Ok(VirtioMmioDesc {
-        base,
-        size: MMIO_WINDOW_SIZE,
-        gsi,
-    })
+    Ok((
+        VirtioMmioDesc {
+            base,
+            size: MMIO_WINDOW_SIZE,
+            gsi,
+        },
+        interrupt,
+    ))
 }
 
 #[cfg(test)]

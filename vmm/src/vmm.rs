@@ -298,9 +298,10 @@ impl Vmm {
             },
             ApiRequest::VmResume => match (state, &self.vm) {
                 (Some(VmState::Paused), Some(vm)) => {
-                    vm.resume();
                     self.paused = false;
-                    Ok(ApiResponse::Empty)
+                    vm.resume()
+                        .map(|()| ApiResponse::Empty)
+                        .map_err(ApiError::Internal)
                 }
                 (Some(VmState::Running), _) => Err(ApiError::InvalidStateTransition {
                     action: "resume",
@@ -351,14 +352,7 @@ impl Vmm {
             },
             ApiRequest::VmCounters => match (state, &self.vm) {
                 (Some(VmState::Running | VmState::Paused), Some(vm)) => {
-                    let mut counters = api::VmCounters::new();
-                    if let Some(b) = vm.balloon() {
-                        counters.insert("__balloon".into(), b.counters());
-                    }
-                    // Upstream's device id of the entropy device.
-                    counters.insert("__rng".into(), vm.rng_counters());
-                    counters.extend(vm.device_counters());
-                    Ok(ApiResponse::VmCounters(counters))
+                    Ok(ApiResponse::VmCounters(vm.counters()))
                 }
                 // Upstream's answer whether or not a VM was created.
                 _ => Err(ApiError::VmNotRunning),

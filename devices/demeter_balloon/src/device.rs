@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use vmm_sys_util::eventfd::EventFd;
 
+use devices::event_loop::EventHandler;
 use devices::virtio::{
-    read_config_from_slice, ActivateError, ActiveQueue, GuestMemoryMmap, VirtioDevice,
-    VirtioInterrupt, VirtioInterruptType, VIRTIO_F_VERSION_1,
+    read_config_from_slice, ActivateError, ActiveQueue, DeviceCounters, GuestMemoryMmap,
+    VirtioDevice, VirtioInterrupt, VirtioInterruptType, VIRTIO_F_VERSION_1,
 };
 
 use crate::defs::*;
-use crate::event_handler::Worker;
+use crate::event_handler::BalloonPath;
 use crate::handler::BalloonHandler;
 use crate::metrics::Metrics;
 use crate::stats::{GuestStats, TAG_FMEM_FREE, TAG_FMEM_TOTAL, TAG_SMEM_FREE, TAG_SMEM_TOTAL};
@@ -263,7 +264,7 @@ impl BalloonHandle {
     }
 
     /// Every counter by name, plus targets, actual sizes and the latest
-    /// guest statistics (`stat_<name>`), for `vm.counters`.
+    /// guest statistics (`stat_<name>`).
     pub fn counters(&self) -> BTreeMap<String, u64> {
         let mut m = self.shared.metrics.snapshot();
         let (target, actual) = (self.target(), self.actual());
@@ -292,7 +293,6 @@ pub struct Balloon {
     shared: Arc<Shared>,
     tiers: [TierMemory; 2],
     stats_interval: Option<Duration>,
-    worker: Option<Worker>,
 }
 
 impl Balloon {
@@ -343,7 +343,6 @@ impl Balloon {
             } else {
                 None
             },
-            worker: None,
         })
     }
 
@@ -379,11 +378,6 @@ impl Balloon {
         self.handle().counters()
     }
 
-    /// Whether the device thread runs.
-    pub fn is_active(&self) -> bool {
-        self.worker.is_some()
-    }
-
     /// Builds the data-path handler without starting a thread (tests,
     /// fuzzing).
     pub fn handler(
@@ -400,25 +394,6 @@ impl Balloon {
             &self.tiers,
             self.shared.clone(),
         )
-    }
-
-    fn stop_worker(&mut self) {
-        if let Some(worker) = self.worker.take() {
-            if let Some(mut handler) = worker.stop() {
-                handler.clear();
-            }
-        }
-        *self
-            .shared
-            .interrupt
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = None;
-    }
-}
-
-impl Drop for Balloon {
-    fn drop(&mut self) {
-        self.stop_worker();
     }
 }
 
@@ -470,10 +445,7 @@ impl VirtioDevice for Balloon {
         mem: GuestMemoryMmap,
         interrupt: Arc<dyn VirtioInterrupt>,
         queues: Vec<ActiveQueue>,
-    ) -> Result<(), ActivateError> {
-        if self.worker.is_some() {
-            return Err(ActivateError::AlreadyActive);
-        }
+    ) -> Result<Box<dyn EventHandler>, ActivateError> {
         let handler = self.handler(mem, interrupt.clone(), queues)?;
         let control = self
             .shared
@@ -485,29 +457,34 @@ impl VirtioDevice for Balloon {
             .interrupt
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Some(interrupt);
-        match Worker::spawn(handler, control, self.stats_interval) {
-            Ok(w) => {
-                self.worker = Some(w);
-                Ok(())
-            }
-            Err(e) => {
-                *self
-                    .shared
-                    .interrupt
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner()) = None;
-                Err(ActivateError::Worker(e))
-            }
-        }
+        Ok(Box::new(BalloonPath {
+            handler,
+            control,
+            stats_interval: self.stats_interval,
+        }))
     }
 
-    fn reset(&mut self) -> bool {
-        self.stop_worker();
+    fn reset(&mut self) {
+        // No more configuration interrupts from resize until activated again.
+        *self
+            .shared
+            .interrupt
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = None;
         self.shared.negotiated.store(false, Ordering::SeqCst);
         self.shared.acked.store(0, Ordering::SeqCst);
         for t in 0..2 {
             self.shared.actual[t].store(0, Ordering::SeqCst);
         }
-        true
+    }
+
+    fn counters(&self) -> Arc<dyn DeviceCounters> {
+        Arc::new(self.handle())
+    }
+}
+
+impl DeviceCounters for BalloonHandle {
+    fn snapshot(&self) -> BTreeMap<String, u64> {
+        self.counters()
     }
 }

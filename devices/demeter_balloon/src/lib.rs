@@ -14,7 +14,8 @@
 //!   and [`BalloonHandle`], the control API for the VMM thread;
 //! * [`handler`] — the data path (descriptor chains → inflate, deflate,
 //!   statistics), usable without a thread for tests and fuzzing;
-//! * `event_handler` — the device thread's epoll loop;
+//! * `event_handler` — the data path as the shared device loop runs it
+//!   (queues, statistics requests, the statistics timer);
 //! * [`tier`] — which RAM belongs to which tier, the inflated-page bitmaps
 //!   and the release of host memory;
 //! * [`stats`] — the statistics tag table;
@@ -23,6 +24,7 @@
 //! ```no_run
 //! use std::sync::{Arc, Mutex};
 //! use demeter_balloon::{Balloon, BalloonConfig, TierMemory, TierRange};
+//! use devices::event_loop::DeviceLoop;
 //! use devices::virtio::{GuestMemoryMmap, MmioTransport, MMIO_WINDOW_SIZE};
 //! use devices::IrqTrigger;
 //!
@@ -34,7 +36,9 @@
 //! let config = BalloonConfig { heterogeneous_memory: true, statistics: true, ..Default::default() };
 //! let balloon = Arc::new(Mutex::new(Balloon::new(config, tiers)?));
 //! let handle = balloon.lock().unwrap().handle();
-//! let transport = MmioTransport::new(balloon, mem, IrqTrigger::new()?)?;
+//! // The device thread: keep `device_loop` as long as the device lives.
+//! let device_loop = DeviceLoop::spawn("balloon")?;
+//! let transport = MmioTransport::new(balloon, mem, IrqTrigger::new()?, device_loop.handle())?;
 //! // Register transport.irq_evt() as an irqfd and transport.queue_evts()
 //! // as ioeventfds (see devices::virtio::MmioTransport), then:
 //! mmio_bus.insert(Arc::new(Mutex::new(transport)), 0xd000_0000, MMIO_WINDOW_SIZE)?;

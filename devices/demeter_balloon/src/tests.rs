@@ -9,6 +9,7 @@ use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use devices::event_loop::DeviceLoop;
 use devices::virtio::{
     ActiveQueue, GuestMemoryMmap, Queue, QueueT, VirtioDevice, VirtioInterrupt, VirtioInterruptType,
 };
@@ -20,7 +21,7 @@ use vmm_sys_util::eventfd::EventFd;
 
 use crate::defs::*;
 use crate::metrics::{BadDescriptor, BadPfn};
-use crate::{Balloon, BalloonConfig, BalloonError, TierMemory, TierRange};
+use crate::{Balloon, BalloonConfig, BalloonError, BalloonHandle, TierMemory, TierRange};
 
 const MIB: u64 = 1 << 20;
 const FMEM_BASE: u64 = 0;
@@ -744,7 +745,6 @@ fn activation_requires_inflate_and_deflate_queues() {
     assert!(b
         .activate(env.mem.clone(), Arc::new(RecordingInterrupt::default()), qs)
         .is_err());
-    assert!(!b.is_active());
 }
 
 fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
@@ -758,26 +758,61 @@ fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-#[test]
-fn device_thread_processes_notifications_and_resize_interrupts() {
-    let env = Env::new();
+/// A heterogeneous balloon with statistics every `interval`, negotiated
+/// and running on its own device loop.
+struct Running<'a> {
+    b: Balloon,
+    handle: BalloonHandle,
+    d: Driver<'a>,
+    kicks: Vec<EventFd>,
+    irq: Arc<RecordingInterrupt>,
+    lp: DeviceLoop,
+}
+
+/// Starts a [`Running`] balloon; `before` posts buffers ahead of DRIVER_OK.
+fn running(env: &Env, interval: Duration, before: impl FnOnce(&mut Driver<'_>)) -> Running<'_> {
     let mut b = env.balloon(BalloonConfig {
-        stats_interval: Some(Duration::from_millis(20)),
+        stats_interval: Some(interval),
         ..hetero_config()
     });
     let handle = b.handle();
     b.ack_features(F_V1 | F_HETERO | F_STATS);
     let mut d = Driver::new(&env.mem, &b.queue_max_sizes());
     let queues = d.active_queues();
-    let kicks: Vec<EventFd> = queues
+    let kicks = queues
         .iter()
         .map(|q| q.event.try_clone().unwrap())
         .collect();
     let irq = Arc::new(RecordingInterrupt::default());
+    before(&mut d);
+    let lp = DeviceLoop::spawn("balloon").unwrap();
+    let path = b.activate(env.mem.clone(), irq.clone(), queues).unwrap();
+    lp.handle().activate(path).unwrap();
+    Running {
+        b,
+        handle,
+        d,
+        kicks,
+        irq,
+        lp,
+    }
+}
+
+#[test]
+fn device_thread_processes_notifications_and_resize_interrupts() {
+    let env = Env::new();
     // A buffer posted before activation is picked up at start.
-    d.post_pfns(0, &[pfn(4 * MIB)]);
-    b.activate(env.mem.clone(), irq.clone(), queues).unwrap();
-    assert!(b.is_active());
+    let Running {
+        mut b,
+        handle,
+        mut d,
+        kicks,
+        irq,
+        lp,
+    } = running(&env, Duration::from_millis(20), |d| {
+        d.post_pfns(0, &[pfn(4 * MIB)])
+    });
+    let path = lp.handle();
     wait_for("first inflate", || {
         handle.counters()["fmem_balloon_pages"] == 1
     });
@@ -805,8 +840,8 @@ fn device_thread_processes_notifications_and_resize_interrupts() {
     handle.resize([PAGE_SIZE, 2 * PAGE_SIZE]).unwrap();
     assert_eq!(irq.take(), vec![VirtioInterruptType::Config]);
 
-    assert!(b.reset());
-    assert!(!b.is_active());
+    b.reset();
+    assert!(path.wait_reset(path.reset(), Duration::from_secs(10)));
     assert_eq!(handle.counters()["fmem_balloon_pages"], 0);
     assert_eq!(handle.counters()["smem_balloon_pages"], 0);
     assert_eq!(
@@ -819,6 +854,45 @@ fn device_thread_processes_notifications_and_resize_interrupts() {
     assert!(irq.take().is_empty());
 }
 
+/// A paused device thread neither answers notifications nor runs its
+/// statistics timer: no used-ring write and no interrupt until resumed.
+#[test]
+fn a_paused_balloon_writes_nothing_and_interrupts_nobody() {
+    let env = Env::new();
+    let Running {
+        handle,
+        mut d,
+        kicks,
+        irq,
+        lp,
+        ..
+    } = running(&env, Duration::from_millis(10), |_| {});
+    let path = lp.handle();
+    d.post_bytes(2, &stats_buf(&[(14, 42)]));
+    kicks[2].write(1).unwrap();
+    wait_for("periodic stats request", || d.used_count(2) == 1);
+
+    path.pause(Duration::from_secs(10)).unwrap();
+    irq.take();
+    let updates = handle.stats().updates;
+    // Work arrives while paused: a statistics answer and an inflate.
+    d.post_bytes(2, &stats_buf(&[(14, 43)]));
+    kicks[2].write(1).unwrap();
+    d.post_pfns(0, &[pfn(4 * MIB)]);
+    kicks[0].write(1).unwrap();
+    // Ten timer periods: the negative must hold for a while to mean anything.
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(d.used_count(2), 1, "stats ring written while paused");
+    assert_eq!(d.used_count(0), 0, "inflate ring written while paused");
+    assert_eq!(handle.stats().updates, updates);
+    assert!(irq.take().is_empty(), "interrupt while paused");
+
+    path.resume().unwrap();
+    wait_for("inflate after resume", || d.used_count(0) == 1);
+    wait_for("stats after resume", || handle.stats().updates > updates);
+    assert!(!irq.take().is_empty());
+}
+
 /// Through the virtio-mmio transport, as a guest driver would drive it.
 #[test]
 fn end_to_end_through_the_mmio_transport() {
@@ -828,7 +902,14 @@ fn end_to_end_through_the_mmio_transport() {
     let env = Env::new();
     let b = Arc::new(Mutex::new(env.balloon(hetero_config())));
     let handle = b.lock().unwrap().handle();
-    let mut t = MmioTransport::new(b.clone(), env.mem.clone(), IrqTrigger::new().unwrap()).unwrap();
+    let lp = DeviceLoop::spawn("balloon").unwrap();
+    let mut t = MmioTransport::new(
+        b.clone(),
+        env.mem.clone(),
+        IrqTrigger::new().unwrap(),
+        lp.handle(),
+    )
+    .unwrap();
     assert_eq!(t.queue_evts().len(), 5);
     let w = |t: &mut MmioTransport, off: u64, v: u32| t.write(off, &v.to_le_bytes());
     let r = |t: &mut MmioTransport, off: u64| {
@@ -898,10 +979,10 @@ fn end_to_end_through_the_mmio_transport() {
     assert_eq!(st.tiers[SMEM].host_balloon_bytes, 2 * PAGE_SIZE);
     assert_eq!(st.tiers[SMEM].target_bytes, 2 * PAGE_SIZE);
 
-    // Driver reset stops the thread.
+    // Driver reset drops the data path (the driver polls Status for 0).
     w(&mut t, 0x70, 0);
-    assert_eq!(r(&mut t, 0x70), 0);
-    assert!(!b.lock().unwrap().is_active());
+    wait_for("reset", || r(&mut t, 0x70) == 0);
+    assert_eq!(handle.counters()["smem_balloon_pages"], 0);
     assert_eq!(handle.actual(), [0, 0]);
 }
 

@@ -20,7 +20,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,16 +32,15 @@ use virtio_bindings::virtio_blk::{
     VIRTIO_BLK_ID_BYTES, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP,
     VIRTIO_BLK_T_FLUSH, VIRTIO_BLK_T_GET_ID, VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT,
 };
-use vmm_sys_util::epoll::Epoll;
 use vmm_sys_util::eventfd::EventFd;
 
 use super::chain::ChainBuffers;
-use super::fault::guest_fault;
-use super::worker::{DeviceThread, EpollHandler};
+use super::fault::{guest_fault, ignored_config_write};
 use super::{
-    ActivateError, ActiveQueue, GuestMemoryMmap, Queue, QueueT, VirtioDevice, VirtioInterrupt,
-    VirtioInterruptType, VIRTIO_F_VERSION_1,
+    take_queues, ActivateError, ActiveQueue, DeviceCounters, GuestMemoryMmap, Queue, QueueT,
+    VirtioDevice, VirtioInterrupt, VirtioInterruptType, VIRTIO_F_VERSION_1,
 };
+use crate::event_loop::{EventHandler, LoopContext};
 
 /// Virtio device id of a block device.
 pub const VIRTIO_ID_BLOCK: u32 = 2;
@@ -87,11 +86,10 @@ pub struct BlockMetrics {
     pub config_writes: AtomicU64,
 }
 
-impl BlockMetrics {
-    /// Counter name/value pairs.
-    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+impl DeviceCounters for BlockMetrics {
+    fn snapshot(&self) -> std::collections::BTreeMap<String, u64> {
         let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        vec![
+        super::named_counters(&[
             ("read_ops", l(&self.read_ops)),
             ("write_ops", l(&self.write_ops)),
             ("flush_ops", l(&self.flush_ops)),
@@ -102,7 +100,7 @@ impl BlockMetrics {
             ("unsupported", l(&self.unsupported)),
             ("oversized_requests", l(&self.oversized_requests)),
             ("config_writes", l(&self.config_writes)),
-        ]
+        ])
     }
 }
 
@@ -154,11 +152,11 @@ fn open_image(o: &DiskOptions) -> io::Result<Image> {
 /// The block device.
 pub struct Block {
     options: DiskOptions,
-    image: Option<Image>,
+    /// Shared with the data path (I/O goes through `&File`).
+    image: Arc<Image>,
     sectors: u64,
     serial: [u8; VIRTIO_BLK_ID_BYTES as usize],
     metrics: Arc<BlockMetrics>,
-    worker: Option<DeviceThread<Server>>,
 }
 
 impl Block {
@@ -189,11 +187,10 @@ impl Block {
         );
         Ok(Self {
             sectors: image.sectors,
-            image: Some(image),
+            image: Arc::new(image),
             options,
             serial,
             metrics: Arc::new(BlockMetrics::default()),
-            worker: None,
         })
     }
 
@@ -214,14 +211,6 @@ impl Block {
         c[8..12].copy_from_slice(&size_max.to_le_bytes());
         c[12..16].copy_from_slice(&seg_max.to_le_bytes());
         c
-    }
-
-    fn stop_worker(&mut self) {
-        if let Some(w) = self.worker.take() {
-            if let Some(server) = w.stop() {
-                self.image = Some(server.image);
-            }
-        }
     }
 }
 
@@ -245,21 +234,17 @@ impl VirtioDevice for Block {
         f
     }
 
-    fn ack_features(&mut self, _features: u64) {}
-
     fn read_config(&self, offset: u64, data: &mut [u8]) {
         super::read_config_from_slice(&self.config_space(), offset, data);
     }
 
     fn write_config(&mut self, offset: u64, data: &[u8]) {
-        // Only `writeback` is writable, and only with CONFIG_WCE (not offered).
-        guest_fault(
+        ignored_config_write(
             &self.metrics.config_writes,
             "block",
-            format_args!(
-                "ignoring a {}-byte write at config offset {offset}",
-                data.len()
-            ),
+            offset,
+            data,
+            "only writeback is writable, with CONFIG_WCE, not offered",
         );
     }
 
@@ -268,46 +253,22 @@ impl VirtioDevice for Block {
         mem: GuestMemoryMmap,
         interrupt: Arc<dyn VirtioInterrupt>,
         queues: Vec<ActiveQueue>,
-    ) -> Result<(), ActivateError> {
-        if self.worker.is_some() {
-            return Err(ActivateError::AlreadyActive);
-        }
-        let active = queues
-            .into_iter()
-            .find(|q| q.index == 0)
-            .ok_or(ActivateError::MissingQueue(0))?;
-        let image = match self.image.take() {
-            Some(i) => i,
-            // A previous thread died with the file: open it again.
-            None => open_image(&self.options).map_err(ActivateError::Worker)?,
-        };
-        let server = Server {
+    ) -> Result<Box<dyn EventHandler>, ActivateError> {
+        let [active] = take_queues(queues, [0])?;
+        Ok(Box::new(Server {
             mem,
             interrupt,
             queue: active.queue,
             queue_evt: active.event,
-            image,
+            image: self.image.clone(),
             serial: self.serial,
             metrics: self.metrics.clone(),
             bounce: vec![0u8; CHUNK + ALIGN],
-        };
-        let fd = server.queue_evt.as_raw_fd();
-        self.worker = Some(
-            DeviceThread::spawn("virtio-blk", server, &[(fd, QUEUE_TOKEN)])
-                .map_err(ActivateError::Worker)?,
-        );
-        Ok(())
+        }))
     }
 
-    fn reset(&mut self) -> bool {
-        self.stop_worker();
-        true
-    }
-}
-
-impl Drop for Block {
-    fn drop(&mut self) {
-        self.stop_worker();
+    fn counters(&self) -> Arc<dyn DeviceCounters> {
+        self.metrics.clone()
     }
 }
 
@@ -328,18 +289,22 @@ struct Server {
     interrupt: Arc<dyn VirtioInterrupt>,
     queue: Queue,
     queue_evt: EventFd,
-    image: Image,
+    image: Arc<Image>,
     serial: [u8; VIRTIO_BLK_ID_BYTES as usize],
     metrics: Arc<BlockMetrics>,
     bounce: Vec<u8>,
 }
 
-impl EpollHandler for Server {
-    fn start(&mut self, _epoll: &Epoll) {
+impl EventHandler for Server {
+    fn watch(&self) -> Vec<(RawFd, u64)> {
+        vec![(self.queue_evt.as_raw_fd(), QUEUE_TOKEN)]
+    }
+
+    fn start(&mut self, _ctx: &mut LoopContext<'_>) {
         self.process();
     }
 
-    fn event(&mut self, _token: u64, _epoll: &Epoll) {
+    fn event(&mut self, _token: u64, _ctx: &mut LoopContext<'_>) {
         let _ = self.queue_evt.read();
         self.process();
     }

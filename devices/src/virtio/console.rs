@@ -8,21 +8,21 @@
 
 use std::collections::VecDeque;
 use std::io::{self, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use log::warn;
-use vmm_sys_util::epoll::Epoll;
 use vmm_sys_util::eventfd::EventFd;
 
 use super::chain::ChainBuffers;
-use super::fault::guest_fault;
-use super::worker::{DeviceThread, EpollHandler};
+use super::fault::{guest_fault, ignored_config_write};
 use super::{
-    read_config_from_slice, ActivateError, ActiveQueue, GuestMemoryMmap, Queue, QueueT,
-    VirtioDevice, VirtioInterrupt, VirtioInterruptType, VIRTIO_F_VERSION_1,
+    read_config_from_slice, take_queues, ActivateError, ActiveQueue, DeviceCounters,
+    GuestMemoryMmap, Queue, QueueT, VirtioDevice, VirtioInterrupt, VirtioInterruptType,
+    VIRTIO_F_VERSION_1,
 };
+use crate::event_loop::{EventHandler, LoopContext};
 
 /// Virtio device id of a console.
 pub const VIRTIO_ID_CONSOLE: u32 = 3;
@@ -87,17 +87,16 @@ pub struct ConsoleMetrics {
     pub config_writes: AtomicU64,
 }
 
-impl ConsoleMetrics {
-    /// Counter name/value pairs.
-    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+impl DeviceCounters for ConsoleMetrics {
+    fn snapshot(&self) -> std::collections::BTreeMap<String, u64> {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        vec![
+        super::named_counters(&[
             ("tx_bytes", l(&self.tx_bytes)),
             ("rx_bytes", l(&self.rx_bytes)),
             ("bad_descriptors", l(&self.bad_descriptors)),
             ("output_errors", l(&self.output_errors)),
             ("config_writes", l(&self.config_writes)),
-        ]
+        ])
     }
 }
 
@@ -106,7 +105,6 @@ pub struct Console {
     output: Arc<Mutex<Box<dyn Write + Send>>>,
     input: Option<Arc<ConsoleInput>>,
     metrics: Arc<ConsoleMetrics>,
-    worker: Option<DeviceThread<Port>>,
 }
 
 impl Console {
@@ -116,19 +114,12 @@ impl Console {
             output: Arc::new(Mutex::new(output)),
             input,
             metrics: Arc::new(ConsoleMetrics::default()),
-            worker: None,
         }
     }
 
     /// The device's counters (shared with its thread).
     pub fn metrics(&self) -> Arc<ConsoleMetrics> {
         self.metrics.clone()
-    }
-
-    fn stop_worker(&mut self) {
-        if let Some(w) = self.worker.take() {
-            let _ = w.stop();
-        }
     }
 }
 
@@ -145,8 +136,6 @@ impl VirtioDevice for Console {
         1 << VIRTIO_F_VERSION_1
     }
 
-    fn ack_features(&mut self, _features: u64) {}
-
     fn read_config(&self, offset: u64, data: &mut [u8]) {
         // cols, rows, max_nr_ports, emerg_wr: meaningless without
         // SIZE/MULTIPORT/EMERG_WRITE, so all zero.
@@ -154,13 +143,12 @@ impl VirtioDevice for Console {
     }
 
     fn write_config(&mut self, offset: u64, data: &[u8]) {
-        guest_fault(
+        ignored_config_write(
             &self.metrics.config_writes,
             "console",
-            format_args!(
-                "ignoring a {}-byte config write at offset {offset} (EMERG_WRITE not offered)",
-                data.len()
-            ),
+            offset,
+            data,
+            "EMERG_WRITE not offered",
         );
     }
 
@@ -169,29 +157,9 @@ impl VirtioDevice for Console {
         mem: GuestMemoryMmap,
         interrupt: Arc<dyn VirtioInterrupt>,
         queues: Vec<ActiveQueue>,
-    ) -> Result<(), ActivateError> {
-        if self.worker.is_some() {
-            return Err(ActivateError::AlreadyActive);
-        }
-        let mut rx = None;
-        let mut tx = None;
-        for q in queues {
-            match q.index {
-                0 => rx = Some(q),
-                1 => tx = Some(q),
-                _ => {}
-            }
-        }
-        let rx = rx.ok_or(ActivateError::MissingQueue(0))?;
-        let tx = tx.ok_or(ActivateError::MissingQueue(1))?;
-        let mut watch = vec![
-            (rx.event.as_raw_fd(), RX_TOKEN),
-            (tx.event.as_raw_fd(), TX_TOKEN),
-        ];
-        if let Some(i) = &self.input {
-            watch.push((i.event.as_raw_fd(), INPUT_TOKEN));
-        }
-        let port = Port {
+    ) -> Result<Box<dyn EventHandler>, ActivateError> {
+        let [rx, tx] = take_queues(queues, [0, 1])?;
+        Ok(Box::new(Port {
             mem,
             interrupt,
             rx: rx.queue,
@@ -201,22 +169,11 @@ impl VirtioDevice for Console {
             output: self.output.clone(),
             input: self.input.clone(),
             metrics: self.metrics.clone(),
-        };
-        self.worker = Some(
-            DeviceThread::spawn("virtio-console", port, &watch).map_err(ActivateError::Worker)?,
-        );
-        Ok(())
+        }))
     }
 
-    fn reset(&mut self) -> bool {
-        self.stop_worker();
-        true
-    }
-}
-
-impl Drop for Console {
-    fn drop(&mut self) {
-        self.stop_worker();
+    fn counters(&self) -> Arc<dyn DeviceCounters> {
+        self.metrics.clone()
     }
 }
 
@@ -233,13 +190,24 @@ struct Port {
     metrics: Arc<ConsoleMetrics>,
 }
 
-impl EpollHandler for Port {
-    fn start(&mut self, _epoll: &Epoll) {
+impl EventHandler for Port {
+    fn watch(&self) -> Vec<(RawFd, u64)> {
+        let mut watch = vec![
+            (self.rx_evt.as_raw_fd(), RX_TOKEN),
+            (self.tx_evt.as_raw_fd(), TX_TOKEN),
+        ];
+        if let Some(i) = &self.input {
+            watch.push((i.event.as_raw_fd(), INPUT_TOKEN));
+        }
+        watch
+    }
+
+    fn start(&mut self, _ctx: &mut LoopContext<'_>) {
         self.transmit();
         self.receive();
     }
 
-    fn event(&mut self, token: u64, _epoll: &Epoll) {
+    fn event(&mut self, token: u64, _ctx: &mut LoopContext<'_>) {
         match token {
             TX_TOKEN => {
                 let _ = self.tx_evt.read();

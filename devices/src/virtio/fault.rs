@@ -16,6 +16,25 @@ pub fn guest_fault(counter: &AtomicU64, device: &str, what: std::fmt::Arguments<
     before
 }
 
+/// A guest write to a configuration space that takes none: counted in
+/// `counter`, the first one logged with `why`.
+pub fn ignored_config_write(
+    counter: &AtomicU64,
+    device: &str,
+    offset: u64,
+    data: &[u8],
+    why: &str,
+) {
+    guest_fault(
+        counter,
+        device,
+        format_args!(
+            "ignoring a {}-byte write at config offset {offset} ({why})",
+            data.len()
+        ),
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,8 +22,9 @@
 //! must be powers of two no larger than the device's maximum, and ring
 //! addresses must be aligned and inside guest memory.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use log::{debug, warn};
 use virtio_queue::{Queue, QueueT};
@@ -33,7 +34,15 @@ use super::{
     status, ActiveQueue, GuestMemoryMmap, VirtioDevice, VirtioInterrupt, VirtioInterruptType,
     VIRTIO_F_VERSION_1,
 };
+use crate::event_loop::LoopHandle;
 use crate::{BusDevice, IrqTrigger};
+
+/// How long a driver's reset (a vCPU thread) waits for the device thread
+/// to drop the data path. A device thread checks for commands between
+/// requests, so this is rarely reached; past it the vCPU returns and
+/// Status reads non-zero until the device thread is done (drivers poll
+/// Status after a reset, section 2.4.1).
+pub const RESET_WAIT: Duration = Duration::from_millis(50);
 
 /// Size of one virtio-mmio window.
 pub const MMIO_WINDOW_SIZE: u64 = 0x1000;
@@ -82,11 +91,17 @@ pub const INT_CONFIG_CHANGE: u32 = virtio_bindings::virtio_mmio::VIRTIO_MMIO_INT
 /// The interrupt side of a virtio-mmio window: the InterruptStatus bits,
 /// the configuration generation counter and the eventfd KVM turns into a
 /// GSI edge. Shared between the transport and the device's threads.
+///
+/// A paused interrupt (the VM is paused) records its status bits but does
+/// not signal the GSI until it is resumed.
 #[derive(Debug)]
 pub struct MmioInterrupt {
     status: AtomicU32,
     config_generation: AtomicU32,
     irq: IrqTrigger,
+    paused: AtomicBool,
+    deferred: AtomicBool,
+    signalled: AtomicU64,
 }
 
 impl MmioInterrupt {
@@ -96,7 +111,36 @@ impl MmioInterrupt {
             status: AtomicU32::new(0),
             config_generation: AtomicU32::new(0),
             irq,
+            paused: AtomicBool::new(false),
+            deferred: AtomicBool::new(false),
+            signalled: AtomicU64::new(0),
         }
+    }
+
+    /// Holds interrupts back: they are recorded, not signalled. The caller
+    /// orders this against the device thread (pause it after this).
+    pub fn pause(&self) {
+        self.paused.store(true, Ordering::SeqCst);
+    }
+
+    /// Signals the GSI if an interrupt was held back, and lets later ones
+    /// through.
+    pub fn resume(&self) -> std::io::Result<()> {
+        self.paused.store(false, Ordering::SeqCst);
+        if self.deferred.swap(false, Ordering::SeqCst) {
+            self.signal()?;
+        }
+        Ok(())
+    }
+
+    /// How many times the GSI was signalled.
+    pub fn signalled(&self) -> u64 {
+        self.signalled.load(Ordering::Relaxed)
+    }
+
+    fn signal(&self) -> std::io::Result<()> {
+        self.signalled.fetch_add(1, Ordering::Relaxed);
+        self.irq.0.write(1)
     }
 
     /// Current InterruptStatus register value.
@@ -135,7 +179,11 @@ impl VirtioInterrupt for MmioInterrupt {
             VirtioInterruptType::Queue(_) => INT_USED_BUFFER,
         };
         self.status.fetch_or(bit, Ordering::SeqCst);
-        self.irq.0.write(1)
+        if self.paused.load(Ordering::SeqCst) {
+            self.deferred.store(true, Ordering::SeqCst);
+            return Ok(());
+        }
+        self.signal()
     }
 }
 
@@ -154,6 +202,12 @@ enum Misuse {
 /// A virtio-mmio (version 2) window in front of one [`VirtioDevice`].
 pub struct MmioTransport {
     device: Arc<Mutex<dyn VirtioDevice>>,
+    event_loop: LoopHandle,
+    /// A reset the device thread has not carried out yet: Status reads
+    /// non-zero and the driver cannot start again until it has.
+    reset_pending: Option<u64>,
+    /// Resets that took longer than [`RESET_WAIT`].
+    slow_resets: u64,
     mem: GuestMemoryMmap,
     interrupt: Arc<MmioInterrupt>,
     queue_evts: Vec<EventFd>,
@@ -171,7 +225,8 @@ pub struct MmioTransport {
 }
 
 impl MmioTransport {
-    /// A transport for `device`, accessing `mem`, interrupting through `irq`.
+    /// A transport for `device`, accessing `mem`, interrupting through
+    /// `irq`; the device's data path runs on the loop behind `event_loop`.
     ///
     /// Creates one notification eventfd per queue the device can have at
     /// most (the length of its first [`VirtioDevice::queue_max_sizes`]).
@@ -179,14 +234,25 @@ impl MmioTransport {
         device: Arc<Mutex<dyn VirtioDevice>>,
         mem: GuestMemoryMmap,
         irq: IrqTrigger,
+        event_loop: LoopHandle,
     ) -> std::io::Result<Self> {
         let max_sizes = lock(&device).queue_max_sizes();
         let queue_evts = max_sizes
             .iter()
             .map(|_| EventFd::new(libc::EFD_NONBLOCK))
             .collect::<std::io::Result<Vec<_>>>()?;
+        // A reset drops notifications the old driver left behind, on the
+        // device thread (a vCPU reads no descriptor).
+        let notifiers = queue_evts
+            .iter()
+            .map(EventFd::try_clone)
+            .collect::<std::io::Result<Vec<_>>>()?;
+        event_loop.drain_on_reset(notifiers)?;
         let mut transport = Self {
             device,
+            event_loop,
+            reset_pending: None,
+            slow_resets: 0,
             mem,
             interrupt: Arc::new(MmioInterrupt::new(irq)),
             queue_evts,
@@ -236,6 +302,23 @@ impl MmioTransport {
         self.activated
     }
 
+    /// Resets that did not finish within [`RESET_WAIT`] (the vCPU went
+    /// back to the guest and the driver polled Status).
+    pub fn slow_resets(&self) -> u64 {
+        self.slow_resets
+    }
+
+    /// Whether a reset is still being carried out by the device thread.
+    fn reset_in_progress(&mut self) -> bool {
+        match self.reset_pending {
+            Some(ticket) if !self.event_loop.reset_done(ticket) => true,
+            _ => {
+                self.reset_pending = None;
+                false
+            }
+        }
+    }
+
     fn misuse(&mut self, kind: Misuse, msg: std::fmt::Arguments<'_>) {
         let bit = 1u32 << kind as u32;
         if self.warned & bit == 0 {
@@ -271,15 +354,18 @@ impl MmioTransport {
     /// Section 2.4 (device reset) and 4.2.2.1: writing 0 to Status resets
     /// the device; QueueReady, InterruptStatus and features read as zero.
     fn reset(&mut self) {
-        let ok = lock(&self.device).reset();
+        lock(&self.device).reset();
+        // The data path is dropped on its own thread; wait a bounded time
+        // so a driver that does not poll Status still finds it stopped.
+        let ticket = self.event_loop.reset();
+        if !self.event_loop.wait_reset(ticket, RESET_WAIT) {
+            self.slow_resets += 1;
+            self.reset_pending = Some(ticket);
+        }
         let max_sizes = lock(&self.device).queue_max_sizes();
         if self.build_queues(&max_sizes).is_err() {
             self.queues.clear();
             self.queue_bad.clear();
-        }
-        for evt in &self.queue_evts {
-            // Drop notifications the old driver left behind.
-            let _ = evt.read();
         }
         self.interrupt.clear();
         self.queue_select = 0;
@@ -287,14 +373,6 @@ impl MmioTransport {
         self.driver_features_select = 0;
         self.driver_features = 0;
         self.activated = false;
-        if !ok {
-            // The driver polls Status until it reads 0 (Linux vm_reset), so
-            // report the reset as done and keep the device inactive.
-            warn!(
-                "virtio-mmio: device {} failed to reset",
-                lock(&self.device).device_type()
-            );
-        }
         self.status = 0;
     }
 
@@ -302,6 +380,13 @@ impl MmioTransport {
     fn write_status(&mut self, value: u32) {
         if value == 0 {
             self.reset();
+            return;
+        }
+        if self.reset_in_progress() {
+            self.misuse(
+                Misuse::Status,
+                format_args!("status {value:#x} written before the reset completed"),
+            );
             return;
         }
         // DEVICE_NEEDS_RESET is the device's bit; the driver cannot set or clear it.
@@ -440,7 +525,12 @@ impl MmioTransport {
             Some(e) => Err(e),
             None => lock(&self.device)
                 .activate(self.mem.clone(), self.interrupt.clone(), active)
-                .map_err(|e| e.to_string()),
+                .map_err(|e| e.to_string())
+                .and_then(|handler| {
+                    self.event_loop
+                        .activate(handler)
+                        .map_err(|e| format!("starting the data path: {e}"))
+                }),
         };
         match result {
             Ok(()) => self.activated = true,
@@ -550,6 +640,11 @@ impl MmioTransport {
             REG_QUEUE_NUM_MAX => self.selected_queue().map_or(0, |q| u32::from(q.max_size())),
             REG_QUEUE_READY => self.selected_queue().map_or(0, |q| u32::from(q.ready())),
             REG_INTERRUPT_STATUS => self.interrupt.status(),
+            REG_STATUS if self.reset_in_progress() => status::DEVICE_NEEDS_RESET,
+            // The device thread could not take the data path.
+            REG_STATUS if self.activated && self.event_loop.failed() => {
+                self.status | status::DEVICE_NEEDS_RESET
+            }
             REG_STATUS => self.status,
             // Section 4.2.2: a non-existent shared memory region has length -1.
             REG_SHM_LEN_LOW..=REG_SHM_BASE_HIGH => u32::MAX,
@@ -689,7 +784,10 @@ impl BusDevice for MmioTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event_loop::{DeviceLoop, EventHandler, LoopContext};
     use crate::virtio::ActivateError;
+    use std::os::fd::{AsRawFd, RawFd};
+    use std::sync::mpsc;
     use vm_memory::GuestAddress;
 
     const MEM_SIZE: usize = 0x10_0000;
@@ -702,6 +800,29 @@ mod tests {
         resets: u32,
         fail_activate: bool,
         extra_queue_feature: bool,
+        /// With a handler that blocks in its first event until released.
+        stuck: Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>,
+    }
+
+    /// The data path of [`Dummy`]: drains queue 0's notifications,
+    /// optionally getting stuck in the first one.
+    struct DummyPath {
+        evt: EventFd,
+        stuck: Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>,
+    }
+
+    impl EventHandler for DummyPath {
+        fn watch(&self) -> Vec<(RawFd, u64)> {
+            vec![(self.evt.as_raw_fd(), 0)]
+        }
+        fn start(&mut self, _ctx: &mut LoopContext<'_>) {}
+        fn event(&mut self, _token: u64, _ctx: &mut LoopContext<'_>) {
+            let _ = self.evt.read();
+            if let Some((entered, release)) = self.stuck.take() {
+                entered.send(()).unwrap();
+                let _ = release.recv();
+            }
+        }
     }
 
     const DUMMY_FEATURE_EXTRA: u64 = 1 << 3;
@@ -738,28 +859,33 @@ mod tests {
             &mut self,
             _mem: GuestMemoryMmap,
             interrupt: Arc<dyn VirtioInterrupt>,
-            queues: Vec<ActiveQueue>,
-        ) -> Result<(), ActivateError> {
+            mut queues: Vec<ActiveQueue>,
+        ) -> Result<Box<dyn EventHandler>, ActivateError> {
             if self.fail_activate {
                 return Err(ActivateError::MissingQueue(0));
             }
             interrupt.trigger(VirtioInterruptType::Queue(0)).unwrap();
             self.activated = Some(queues.iter().map(|q| (q.index, q.queue.size())).collect());
-            Ok(())
+            let evt = queues.remove(0).event;
+            Ok(Box::new(DummyPath {
+                evt,
+                stuck: self.stuck.take(),
+            }))
         }
-        fn reset(&mut self) -> bool {
+        fn reset(&mut self) {
             self.resets += 1;
             self.acked = 0;
             self.activated = None;
-            true
         }
     }
 
-    fn setup() -> (Arc<Mutex<Dummy>>, MmioTransport) {
+    fn setup() -> (Arc<Mutex<Dummy>>, MmioTransport, DeviceLoop) {
         let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM_SIZE)]).unwrap();
         let dev = Arc::new(Mutex::new(Dummy::default()));
-        let t = MmioTransport::new(dev.clone(), mem, IrqTrigger::new().unwrap()).unwrap();
-        (dev, t)
+        let lp = DeviceLoop::spawn("virtio-test").unwrap();
+        let t =
+            MmioTransport::new(dev.clone(), mem, IrqTrigger::new().unwrap(), lp.handle()).unwrap();
+        (dev, t, lp)
     }
 
     fn r(t: &mut MmioTransport, off: u64) -> u32 {
@@ -770,6 +896,20 @@ mod tests {
 
     fn w(t: &mut MmioTransport, off: u64, v: u32) {
         t.write(off, &v.to_le_bytes());
+    }
+
+    /// Writes 0 to Status and polls until it reads 0, as Linux does (the
+    /// device thread may take longer than RESET_WAIT on a loaded machine).
+    fn driver_reset(t: &mut MmioTransport) {
+        w(t, REG_STATUS, 0);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while r(t, REG_STATUS) != 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "reset never completed"
+            );
+            std::thread::yield_now();
+        }
     }
 
     fn set_features(t: &mut MmioTransport, f: u64) {
@@ -808,7 +948,7 @@ mod tests {
 
     #[test]
     fn identification_registers() {
-        let (_, mut t) = setup();
+        let (_, mut t, _lp) = setup();
         assert_eq!(r(&mut t, REG_MAGIC), 0x7472_6976);
         assert_eq!(r(&mut t, REG_VERSION), 2);
         assert_eq!(r(&mut t, REG_DEVICE_ID), 42);
@@ -825,7 +965,7 @@ mod tests {
 
     #[test]
     fn full_initialisation_activates_with_ready_queues() {
-        let (dev, mut t) = setup();
+        let (dev, mut t, _lp) = setup();
         negotiate(&mut t, (1 << VIRTIO_F_VERSION_1) | DUMMY_FEATURE_EXTRA);
         assert_eq!(
             r(&mut t, REG_STATUS) & status::FEATURES_OK,
@@ -849,7 +989,7 @@ mod tests {
 
     #[test]
     fn queue_layout_follows_negotiated_features() {
-        let (_, mut t) = setup();
+        let (_, mut t, _lp) = setup();
         negotiate(&mut t, 1 << VIRTIO_F_VERSION_1);
         w(&mut t, REG_QUEUE_SEL, 2);
         assert_eq!(
@@ -866,10 +1006,10 @@ mod tests {
 
     #[test]
     fn features_ok_refused_for_unoffered_bits_or_missing_version_1() {
-        let (dev, mut t) = setup();
+        let (dev, mut t, _lp) = setup();
         negotiate(&mut t, (1 << VIRTIO_F_VERSION_1) | (1 << 5));
         assert_eq!(r(&mut t, REG_STATUS), status::ACKNOWLEDGE | status::DRIVER);
-        w(&mut t, REG_STATUS, 0);
+        driver_reset(&mut t);
         negotiate(&mut t, DUMMY_FEATURE_EXTRA);
         assert_eq!(r(&mut t, REG_STATUS), status::ACKNOWLEDGE | status::DRIVER);
         assert_eq!(dev.lock().unwrap().acked, 0);
@@ -884,7 +1024,7 @@ mod tests {
 
     #[test]
     fn status_bits_must_be_set_in_order_and_never_cleared() {
-        let (_, mut t) = setup();
+        let (_, mut t, _lp) = setup();
         w(&mut t, REG_STATUS, status::DRIVER);
         assert_eq!(r(&mut t, REG_STATUS), 0);
         w(&mut t, REG_STATUS, status::ACKNOWLEDGE | status::DRIVER);
@@ -914,7 +1054,7 @@ mod tests {
             (8, MEM_SIZE as u64 - 0x800),
             (8, 0x1_0008),
         ] {
-            let (dev, mut t) = setup();
+            let (dev, mut t, _lp) = setup();
             negotiate(&mut t, 1 << VIRTIO_F_VERSION_1 | DUMMY_FEATURE_EXTRA);
             setup_queue(&mut t, 0, size, base);
             w(&mut t, REG_STATUS, ALL_OK);
@@ -927,14 +1067,14 @@ mod tests {
 
     #[test]
     fn device_activation_failure_sets_needs_reset_and_reset_recovers() {
-        let (dev, mut t) = setup();
+        let (dev, mut t, _lp) = setup();
         dev.lock().unwrap().fail_activate = true;
         negotiate(&mut t, 1 << VIRTIO_F_VERSION_1);
         w(&mut t, REG_STATUS, ALL_OK);
         assert_ne!(r(&mut t, REG_STATUS) & status::DEVICE_NEEDS_RESET, 0);
         let gen = r(&mut t, REG_CONFIG_GENERATION);
         assert_eq!(gen, 1);
-        w(&mut t, REG_STATUS, 0);
+        driver_reset(&mut t);
         assert_eq!(r(&mut t, REG_STATUS), 0);
         assert_eq!(r(&mut t, REG_INTERRUPT_STATUS), 0);
         assert_eq!(dev.lock().unwrap().resets, 1);
@@ -942,7 +1082,7 @@ mod tests {
 
     #[test]
     fn queue_registers_are_locked_outside_the_setup_window() {
-        let (dev, mut t) = setup();
+        let (dev, mut t, _lp) = setup();
         // Before FEATURES_OK.
         setup_queue(&mut t, 0, 8, 0x1_0000);
         assert_eq!(r(&mut t, REG_QUEUE_READY), 0);
@@ -966,7 +1106,7 @@ mod tests {
 
     #[test]
     fn notify_signals_the_queue_eventfd() {
-        let (_, mut t) = setup();
+        let (_, mut t, _lp) = setup();
         w(&mut t, REG_QUEUE_NOTIFY, 1);
         assert_eq!(t.queue_evts()[1].read().unwrap(), 1);
         w(&mut t, REG_QUEUE_NOTIFY, 7);
@@ -977,12 +1117,12 @@ mod tests {
 
     #[test]
     fn reset_clears_state_and_stale_notifications() {
-        let (dev, mut t) = setup();
+        let (dev, mut t, _lp) = setup();
         negotiate(&mut t, 1 << VIRTIO_F_VERSION_1 | DUMMY_FEATURE_EXTRA);
         setup_queue(&mut t, 0, 8, 0x1_0000);
         w(&mut t, REG_STATUS, ALL_OK);
         w(&mut t, REG_QUEUE_NOTIFY, 0);
-        w(&mut t, REG_STATUS, 0);
+        driver_reset(&mut t);
         assert_eq!(r(&mut t, REG_STATUS), 0);
         assert!(!t.is_activated());
         assert!(t.queue_evts()[0].read().is_err());
@@ -1002,7 +1142,7 @@ mod tests {
 
     #[test]
     fn config_space_is_forwarded_and_bad_register_accesses_ignored() {
-        let (dev, mut t) = setup();
+        let (dev, mut t, _lp) = setup();
         dev.lock().unwrap().config = [1, 2, 3, 4, 5, 6, 7, 8];
         let mut b = [0u8; 2];
         t.read(0x106, &mut b);
@@ -1028,7 +1168,7 @@ mod tests {
 
     #[test]
     fn config_interrupt_bumps_generation() {
-        let (_, mut t) = setup();
+        let (_, mut t, _lp) = setup();
         let irq = t.interrupt();
         irq.trigger(VirtioInterruptType::Config).unwrap();
         assert_eq!(r(&mut t, REG_CONFIG_GENERATION), 1);
@@ -1046,7 +1186,7 @@ mod tests {
     #[test]
     fn random_register_writes_never_panic() {
         // Deterministic xorshift; the guest controls every register.
-        let (_, mut t) = setup();
+        let (_, mut t, _lp) = setup();
         let mut s = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..20_000 {
             s ^= s << 13;
@@ -1060,5 +1200,64 @@ mod tests {
                 r(&mut t, off);
             }
         }
+    }
+
+    #[test]
+    fn reset_with_a_request_in_flight_returns_to_the_vcpu_within_the_bound() {
+        let (dev, mut t, _lp) = setup();
+        let (entered_tx, entered) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel();
+        dev.lock().unwrap().stuck = Some((entered_tx, release_rx));
+        negotiate(&mut t, 1 << VIRTIO_F_VERSION_1 | DUMMY_FEATURE_EXTRA);
+        setup_queue(&mut t, 0, 8, 0x1_0000);
+        w(&mut t, REG_STATUS, ALL_OK);
+        w(&mut t, REG_QUEUE_NOTIFY, 0);
+        entered
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the request reached the device thread");
+        // The device thread is stuck in the request: the guest's reset
+        // must still return, after at most RESET_WAIT.
+        let t0 = std::time::Instant::now();
+        w(&mut t, REG_STATUS, 0);
+        let took = t0.elapsed();
+        eprintln!("reset with a stuck request returned after {took:?}");
+        assert!(took < RESET_WAIT + Duration::from_millis(500), "{took:?}");
+        assert_eq!(t.slow_resets(), 1);
+        assert_ne!(r(&mut t, REG_STATUS), 0, "reset reported done too early");
+        w(&mut t, REG_STATUS, status::ACKNOWLEDGE);
+        assert_eq!(r(&mut t, REG_STATUS), status::DEVICE_NEEDS_RESET);
+        release.send(()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while r(&mut t, REG_STATUS) != 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "reset never completed"
+            );
+            std::thread::yield_now();
+        }
+        negotiate(&mut t, 1 << VIRTIO_F_VERSION_1 | DUMMY_FEATURE_EXTRA);
+        setup_queue(&mut t, 0, 8, 0x1_0000);
+        w(&mut t, REG_STATUS, ALL_OK);
+        assert!(t.is_activated(), "the device starts again after the reset");
+    }
+
+    #[test]
+    fn a_paused_interrupt_is_held_back_until_resume() {
+        let (_, mut t, _lp) = setup();
+        let irq = t.interrupt();
+        irq.pause();
+        irq.trigger(VirtioInterruptType::Queue(0)).unwrap();
+        irq.trigger(VirtioInterruptType::Config).unwrap();
+        assert!(t.irq_evt().read().is_err(), "signalled while paused");
+        assert_eq!(irq.signalled(), 0);
+        assert_eq!(
+            r(&mut t, REG_INTERRUPT_STATUS),
+            INT_USED_BUFFER | INT_CONFIG_CHANGE
+        );
+        irq.resume().unwrap();
+        assert_eq!(t.irq_evt().read().unwrap(), 1, "one signal for both");
+        assert_eq!(irq.signalled(), 1);
+        irq.resume().unwrap();
+        assert!(t.irq_evt().read().is_err(), "nothing more was held back");
     }
 }

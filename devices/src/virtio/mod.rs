@@ -20,19 +20,21 @@ mod mmio;
 pub mod net;
 pub mod rng;
 pub mod tap;
-mod worker;
 
 pub use block::{Block, DiskOptions};
 pub use console::{Console, ConsoleInput};
-pub use mmio::{MmioInterrupt, MmioTransport, MMIO_NOTIFY_OFFSET, MMIO_WINDOW_SIZE};
+pub use mmio::{MmioInterrupt, MmioTransport, MMIO_NOTIFY_OFFSET, MMIO_WINDOW_SIZE, RESET_WAIT};
 pub use net::{Net, NetOptions};
 pub use rng::Rng;
 pub use tap::Tap;
 
+use std::collections::BTreeMap;
 use std::io;
 use std::sync::Arc;
 
 use vmm_sys_util::eventfd::EventFd;
+
+use crate::event_loop::EventHandler;
 
 pub use virtio_queue::{Queue, QueueT};
 
@@ -93,9 +95,6 @@ pub enum ActivateError {
     /// The driver did not set up a queue the device needs.
     #[error("queue {0} is required but was not made ready by the driver")]
     MissingQueue(usize),
-    /// The device is already running.
-    #[error("device is already activated")]
-    AlreadyActive,
     /// Starting the device's worker failed.
     #[error("starting the device worker: {0}")]
     Worker(#[source] io::Error),
@@ -136,8 +135,9 @@ pub trait VirtioDevice: Send {
 
     /// The features the driver accepted, a subset of
     /// [`VirtioDevice::features`] (checked by the transport). Called when
-    /// the driver sets `FEATURES_OK`; a reset forgets them.
-    fn ack_features(&mut self, features: u64);
+    /// the driver sets `FEATURES_OK`; a reset forgets them. Devices whose
+    /// behaviour does not depend on them keep the default.
+    fn ack_features(&mut self, _features: u64) {}
 
     /// Reads device configuration space at `offset`. Bytes outside the
     /// configuration space read as zero.
@@ -146,21 +146,85 @@ pub trait VirtioDevice: Send {
     /// Guest write to configuration space; the device validates it.
     fn write_config(&mut self, offset: u64, data: &[u8]);
 
-    /// Starts the device once the driver set `DRIVER_OK`. `queues` holds the
-    /// queues the driver made ready, each already checked to lie in guest
-    /// memory.
+    /// Builds the device's data path once the driver set `DRIVER_OK`.
+    /// `queues` holds the queues the driver made ready, each already
+    /// checked to lie in guest memory. The transport hands the result to
+    /// the device's thread ([`DeviceLoop`](crate::event_loop::DeviceLoop));
+    /// this call must not block.
     fn activate(
         &mut self,
         mem: GuestMemoryMmap,
         interrupt: Arc<dyn VirtioInterrupt>,
         queues: Vec<ActiveQueue>,
-    ) -> Result<(), ActivateError>;
+    ) -> Result<Box<dyn EventHandler>, ActivateError>;
 
-    /// Stops the device (the driver wrote 0 to the status register) and
-    /// returns it to its pre-negotiation state. Returns false if the device
-    /// could not stop cleanly; the transport logs it and still reads back
-    /// status 0 (drivers poll for it).
-    fn reset(&mut self) -> bool;
+    /// The driver wrote 0 to the status register: return the device's own
+    /// state to before negotiation. The transport resets the data path
+    /// (on the device thread) separately.
+    fn reset(&mut self) {}
+
+    /// The device's counters, for `vm.counters`.
+    fn counters(&self) -> Arc<dyn DeviceCounters> {
+        Arc::new(NoCounters)
+    }
+
+    /// Name of the device's thread; it selects the thread's sandbox.
+    fn thread_name(&self) -> &'static str {
+        thread_name(self.device_type())
+    }
+}
+
+/// Counters a device keeps about itself and about what its guest did
+/// (requests, bytes, faults), by name.
+pub trait DeviceCounters: Send + Sync {
+    /// Counter name to value.
+    fn snapshot(&self) -> BTreeMap<String, u64>;
+}
+
+/// Builds a [`DeviceCounters::snapshot`] from fixed names.
+pub fn named_counters(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
+    pairs.iter().map(|&(k, v)| (k.to_owned(), v)).collect()
+}
+
+/// A device without counters.
+#[derive(Debug, Default)]
+pub struct NoCounters;
+
+impl DeviceCounters for NoCounters {
+    fn snapshot(&self) -> BTreeMap<String, u64> {
+        BTreeMap::new()
+    }
+}
+
+/// The device-thread name for a virtio device id; the VMM's seccomp
+/// filters are keyed by these names.
+pub fn thread_name(device_type: u32) -> &'static str {
+    match device_type {
+        net::VIRTIO_ID_NET => "virtio-net",
+        block::VIRTIO_ID_BLOCK => "virtio-blk",
+        console::VIRTIO_ID_CONSOLE => "virtio-console",
+        rng::VIRTIO_ID_RNG => "virtio-rng",
+        5 => "balloon",
+        _ => "virtio-device",
+    }
+}
+
+/// Picks the queues a device needs, in the order of `indices`, from those
+/// the transport handed to [`VirtioDevice::activate`]; a missing one is
+/// [`ActivateError::MissingQueue`].
+pub fn take_queues<const N: usize>(
+    queues: Vec<ActiveQueue>,
+    indices: [usize; N],
+) -> Result<[ActiveQueue; N], ActivateError> {
+    let mut by_index: BTreeMap<usize, ActiveQueue> =
+        queues.into_iter().map(|q| (q.index, q)).collect();
+    let mut picked = Vec::with_capacity(N);
+    for i in indices {
+        picked.push(by_index.remove(&i).ok_or(ActivateError::MissingQueue(i))?);
+    }
+    picked
+        .try_into()
+        .map_err(|_| ActivateError::Invalid("a queue index was asked for twice".into()))
 }
 
 /// Helper for `read_config`: copies `config[offset..]` into `data`, zero

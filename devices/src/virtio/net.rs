@@ -19,7 +19,7 @@
 
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -29,13 +29,13 @@ use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 
 use super::chain::ChainBuffers;
-use super::fault::guest_fault;
+use super::fault::{guest_fault, ignored_config_write};
 use super::tap::VNET_HDR_LEN;
-use super::worker::{DeviceThread, EpollHandler};
 use super::{
-    ActivateError, ActiveQueue, GuestMemoryMmap, Queue, QueueT, VirtioDevice, VirtioInterrupt,
-    VirtioInterruptType, VIRTIO_F_VERSION_1,
+    take_queues, ActivateError, ActiveQueue, DeviceCounters, GuestMemoryMmap, Queue, QueueT,
+    VirtioDevice, VirtioInterrupt, VirtioInterruptType, VIRTIO_F_VERSION_1,
 };
+use crate::event_loop::{EventHandler, LoopContext};
 
 /// Virtio device id of a network device.
 pub const VIRTIO_ID_NET: u32 = 1;
@@ -78,11 +78,10 @@ pub struct NetMetrics {
     pub config_writes: AtomicU64,
 }
 
-impl NetMetrics {
-    /// Counter name/value pairs.
-    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+impl DeviceCounters for NetMetrics {
+    fn snapshot(&self) -> std::collections::BTreeMap<String, u64> {
         let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        vec![
+        super::named_counters(&[
             ("rx_frames", l(&self.rx_frames)),
             ("rx_bytes", l(&self.rx_bytes)),
             ("rx_dropped", l(&self.rx_dropped)),
@@ -93,7 +92,7 @@ impl NetMetrics {
             ("tap_errors", l(&self.tap_errors)),
             ("rx_no_buffers", l(&self.rx_no_buffers)),
             ("config_writes", l(&self.config_writes)),
-        ]
+        ])
     }
 }
 
@@ -111,9 +110,9 @@ pub struct NetOptions {
 /// The network device.
 pub struct Net {
     options: NetOptions,
-    tap: Option<File>,
+    /// Shared with the data path (frames go through `&File`).
+    tap: Arc<File>,
     metrics: Arc<NetMetrics>,
-    worker: Option<DeviceThread<Server>>,
 }
 
 impl Net {
@@ -122,9 +121,8 @@ impl Net {
     pub fn new(tap: File, options: NetOptions) -> Self {
         Self {
             options,
-            tap: Some(tap),
+            tap: Arc::new(tap),
             metrics: Arc::new(NetMetrics::default()),
-            worker: None,
         }
     }
 
@@ -142,14 +140,6 @@ impl Net {
         c[8..10].copy_from_slice(&1u16.to_le_bytes());
         c[10..12].copy_from_slice(&self.options.mtu.unwrap_or(0).to_le_bytes());
         c
-    }
-
-    fn stop_worker(&mut self) {
-        if let Some(w) = self.worker.take() {
-            if let Some(server) = w.stop() {
-                self.tap = Some(server.tap);
-            }
-        }
     }
 }
 
@@ -170,21 +160,17 @@ impl VirtioDevice for Net {
         f
     }
 
-    fn ack_features(&mut self, _features: u64) {}
-
     fn read_config(&self, offset: u64, data: &mut [u8]) {
         super::read_config_from_slice(&self.config_space(), offset, data);
     }
 
     fn write_config(&mut self, offset: u64, data: &[u8]) {
-        // The MAC is writable only by legacy drivers without CTRL_MAC_ADDR.
-        guest_fault(
+        ignored_config_write(
             &self.metrics.config_writes,
             "net",
-            format_args!(
-                "ignoring a {}-byte write at config offset {offset}",
-                data.len()
-            ),
+            offset,
+            data,
+            "the MAC is writable only by legacy drivers",
         );
     }
 
@@ -193,49 +179,20 @@ impl VirtioDevice for Net {
         mem: GuestMemoryMmap,
         interrupt: Arc<dyn VirtioInterrupt>,
         queues: Vec<ActiveQueue>,
-    ) -> Result<(), ActivateError> {
-        if self.worker.is_some() {
-            return Err(ActivateError::AlreadyActive);
-        }
-        let mut rx = None;
-        let mut tx = None;
-        for q in queues {
-            match q.index {
-                RX_QUEUE => rx = Some(q),
-                TX_QUEUE => tx = Some(q),
-                _ => {}
-            }
-        }
-        let rx = rx.ok_or(ActivateError::MissingQueue(RX_QUEUE))?;
-        let tx = tx.ok_or(ActivateError::MissingQueue(TX_QUEUE))?;
-        // Without the TAP (its thread died with it) the device cannot work.
-        let tap = self.tap.take().ok_or_else(|| {
-            ActivateError::Invalid("the TAP was lost with a failed device thread".into())
-        })?;
-        let watch = [
-            (rx.event.as_raw_fd(), RX_TOKEN),
-            (tx.event.as_raw_fd(), TX_TOKEN),
-            (tap.as_raw_fd(), TAP_TOKEN),
-        ];
-        let server = Server::new(mem, interrupt, rx, tx, tap, self.metrics.clone());
-        match DeviceThread::spawn("virtio-net", server, &watch) {
-            Ok(w) => {
-                self.worker = Some(w);
-                Ok(())
-            }
-            Err(e) => Err(ActivateError::Worker(e)),
-        }
+    ) -> Result<Box<dyn EventHandler>, ActivateError> {
+        let [rx, tx] = take_queues(queues, [RX_QUEUE, TX_QUEUE])?;
+        Ok(Box::new(Server::new(
+            mem,
+            interrupt,
+            rx,
+            tx,
+            self.tap.clone(),
+            self.metrics.clone(),
+        )))
     }
 
-    fn reset(&mut self) -> bool {
-        self.stop_worker();
-        true
-    }
-}
-
-impl Drop for Net {
-    fn drop(&mut self) {
-        self.stop_worker();
+    fn counters(&self) -> Arc<dyn DeviceCounters> {
+        self.metrics.clone()
     }
 }
 
@@ -247,7 +204,7 @@ struct Server {
     rx_evt: EventFd,
     tx: Queue,
     tx_evt: EventFd,
-    tap: File,
+    tap: Arc<File>,
     metrics: Arc<NetMetrics>,
     /// A frame read from the TAP and not yet delivered, and its length.
     rx_frame: Vec<u8>,
@@ -257,13 +214,24 @@ struct Server {
     tx_frame: Vec<u8>,
 }
 
-impl EpollHandler for Server {
-    fn start(&mut self, epoll: &Epoll) {
+impl EventHandler for Server {
+    fn watch(&self) -> Vec<(RawFd, u64)> {
+        // The TAP starts armed (tap_armed).
+        vec![
+            (self.rx_evt.as_raw_fd(), RX_TOKEN),
+            (self.tx_evt.as_raw_fd(), TX_TOKEN),
+            (self.tap.as_raw_fd(), TAP_TOKEN),
+        ]
+    }
+
+    fn start(&mut self, ctx: &mut LoopContext<'_>) {
+        let epoll = ctx.epoll();
         self.process_tx();
         self.process_rx(epoll);
     }
 
-    fn event(&mut self, token: u64, epoll: &Epoll) {
+    fn event(&mut self, token: u64, ctx: &mut LoopContext<'_>) {
+        let epoll = ctx.epoll();
         match token {
             RX_TOKEN => {
                 let _ = self.rx_evt.read();
@@ -285,7 +253,7 @@ impl Server {
         interrupt: Arc<dyn VirtioInterrupt>,
         rx: ActiveQueue,
         tx: ActiveQueue,
-        tap: File,
+        tap: Arc<File>,
         metrics: Arc<NetMetrics>,
     ) -> Self {
         info!(
@@ -368,7 +336,7 @@ impl Server {
         for _ in 0..usize::from(self.rx.size()).max(1) * 2 {
             let len = match self.rx_pending {
                 Some(len) => len,
-                None => match self.tap.read(&mut self.rx_frame) {
+                None => match (&*self.tap).read(&mut self.rx_frame) {
                     Ok(n) if n < VNET_HDR_LEN + ETH_HLEN => {
                         self.metrics.rx_dropped.fetch_add(1, Ordering::Relaxed);
                         continue;
@@ -479,7 +447,7 @@ impl Server {
         }
         // Offload requests the device never offered must not reach the TAP.
         self.tx_frame[..HDR_FLAGS_LEN].fill(0);
-        match self.tap.write(&self.tx_frame[..len]) {
+        match (&*self.tap).write(&self.tx_frame[..len]) {
             Ok(_) => {
                 self.metrics.tx_frames.fetch_add(1, Ordering::Relaxed);
                 self.metrics

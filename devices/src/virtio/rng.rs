@@ -9,24 +9,23 @@
 
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use log::{error, warn};
 use virtio_queue::QueueOwnedT;
 use vm_memory::Bytes;
-use vmm_sys_util::epoll::Epoll;
 use vmm_sys_util::eventfd::EventFd;
 
 use super::chain::refuse_indirect;
-use super::fault::guest_fault;
-use super::worker::{DeviceThread, EpollHandler};
+use super::fault::{guest_fault, ignored_config_write};
 use super::{
-    ActivateError, ActiveQueue, GuestMemoryMmap, Queue, QueueT, VirtioDevice, VirtioInterrupt,
-    VirtioInterruptType, VIRTIO_F_VERSION_1,
+    take_queues, ActivateError, ActiveQueue, DeviceCounters, GuestMemoryMmap, Queue, QueueT,
+    VirtioDevice, VirtioInterrupt, VirtioInterruptType, VIRTIO_F_VERSION_1,
 };
+use crate::event_loop::{EventHandler, LoopContext};
 
 /// Virtio device id of an entropy device.
 pub const VIRTIO_ID_RNG: u32 = 4;
@@ -52,10 +51,9 @@ pub struct RngMetrics {
     pub config_writes: AtomicU64,
 }
 
-impl RngMetrics {
-    /// Counter name/value pairs.
-    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
-        vec![
+impl DeviceCounters for RngMetrics {
+    fn snapshot(&self) -> std::collections::BTreeMap<String, u64> {
+        super::named_counters(&[
             ("requests", self.requests.load(Ordering::Relaxed)),
             ("bytes", self.bytes.load(Ordering::Relaxed)),
             (
@@ -64,42 +62,30 @@ impl RngMetrics {
             ),
             ("source_errors", self.source_errors.load(Ordering::Relaxed)),
             ("config_writes", self.config_writes.load(Ordering::Relaxed)),
-        ]
+        ])
     }
 }
 
 /// The entropy device.
 pub struct Rng {
-    source_path: PathBuf,
-    source: Option<File>,
+    /// Shared with the data path (reads go through `&File`).
+    source: Arc<File>,
     metrics: Arc<RngMetrics>,
-    worker: Option<DeviceThread<Filler>>,
 }
 
 impl Rng {
     /// Opens `source` (read-only) now, so a bad path is a configuration
     /// error rather than a failure inside the running guest.
     pub fn new(source: &Path) -> io::Result<Self> {
-        let file = File::open(source)?;
         Ok(Self {
-            source_path: source.to_path_buf(),
-            source: Some(file),
+            source: Arc::new(File::open(source)?),
             metrics: Arc::new(RngMetrics::default()),
-            worker: None,
         })
     }
 
     /// The device's counters (shared with its thread).
     pub fn metrics(&self) -> Arc<RngMetrics> {
         self.metrics.clone()
-    }
-
-    fn stop_worker(&mut self) {
-        if let Some(w) = self.worker.take() {
-            if let Some(filler) = w.stop() {
-                self.source = Some(filler.source);
-            }
-        }
     }
 }
 
@@ -116,20 +102,17 @@ impl VirtioDevice for Rng {
         1 << VIRTIO_F_VERSION_1
     }
 
-    fn ack_features(&mut self, _features: u64) {}
-
     fn read_config(&self, _offset: u64, data: &mut [u8]) {
         data.fill(0);
     }
 
     fn write_config(&mut self, offset: u64, data: &[u8]) {
-        guest_fault(
+        ignored_config_write(
             &self.metrics.config_writes,
             "rng",
-            format_args!(
-                "ignoring a {}-byte write at config offset {offset}: the device has no configuration",
-                data.len()
-            ),
+            offset,
+            data,
+            "the device has no configuration",
         );
     }
 
@@ -138,42 +121,20 @@ impl VirtioDevice for Rng {
         mem: GuestMemoryMmap,
         interrupt: Arc<dyn VirtioInterrupt>,
         queues: Vec<ActiveQueue>,
-    ) -> Result<(), ActivateError> {
-        if self.worker.is_some() {
-            return Err(ActivateError::AlreadyActive);
-        }
-        let active = queues
-            .into_iter()
-            .find(|q| q.index == 0)
-            .ok_or(ActivateError::MissingQueue(0))?;
-        let source = match self.source.take() {
-            Some(f) => f,
-            // A previous thread died with the file: open it again.
-            None => File::open(&self.source_path).map_err(ActivateError::Worker)?,
-        };
-        let watch = [(active.event.as_raw_fd(), QUEUE_TOKEN)];
-        let filler = Filler {
+    ) -> Result<Box<dyn EventHandler>, ActivateError> {
+        let [active] = take_queues(queues, [0])?;
+        Ok(Box::new(Filler {
             mem,
             interrupt,
             queue: active.queue,
             queue_evt: active.event,
-            source,
+            source: self.source.clone(),
             metrics: self.metrics.clone(),
-        };
-        self.worker =
-            Some(DeviceThread::spawn("virtio-rng", filler, &watch).map_err(ActivateError::Worker)?);
-        Ok(())
+        }))
     }
 
-    fn reset(&mut self) -> bool {
-        self.stop_worker();
-        true
-    }
-}
-
-impl Drop for Rng {
-    fn drop(&mut self) {
-        self.stop_worker();
+    fn counters(&self) -> Arc<dyn DeviceCounters> {
+        self.metrics.clone()
     }
 }
 
@@ -183,16 +144,20 @@ struct Filler {
     interrupt: Arc<dyn VirtioInterrupt>,
     queue: Queue,
     queue_evt: EventFd,
-    source: File,
+    source: Arc<File>,
     metrics: Arc<RngMetrics>,
 }
 
-impl EpollHandler for Filler {
-    fn start(&mut self, _epoll: &Epoll) {
+impl EventHandler for Filler {
+    fn watch(&self) -> Vec<(RawFd, u64)> {
+        vec![(self.queue_evt.as_raw_fd(), QUEUE_TOKEN)]
+    }
+
+    fn start(&mut self, _ctx: &mut LoopContext<'_>) {
         self.process(); // requests posted before DRIVER_OK
     }
 
-    fn event(&mut self, _token: u64, _epoll: &Epoll) {
+    fn event(&mut self, _token: u64, _ctx: &mut LoopContext<'_>) {
         let _ = self.queue_evt.read();
         self.process();
     }
@@ -231,7 +196,7 @@ impl Filler {
                 let mut addr = desc.addr();
                 while left > 0 {
                     let n = left.min(buf.len());
-                    if let Err(e) = self.source.read_exact(&mut buf[..n]) {
+                    if let Err(e) = (&*self.source).read_exact(&mut buf[..n]) {
                         if self.metrics.source_errors.fetch_add(1, Ordering::Relaxed) == 0 {
                             error!("rng: reading the entropy source: {e}");
                         }
@@ -302,7 +267,7 @@ mod tests {
             interrupt: Arc::new(NoopInterrupt),
             queue,
             queue_evt: EventFd::new(libc::EFD_NONBLOCK).expect("eventfd"),
-            source: File::open("/dev/urandom").expect("urandom"),
+            source: Arc::new(File::open("/dev/urandom").expect("urandom")),
             metrics: Arc::new(RngMetrics::default()),
         }
     }

@@ -10,6 +10,7 @@ use vm_memory::{Address, Bytes, GuestAddress};
 use vmm_sys_util::tempfile::TempFile;
 
 use super::*;
+use crate::event_loop::DeviceLoop;
 use crate::virtio::NoopInterrupt;
 
 const W: u16 = VRING_DESC_F_WRITE as u16;
@@ -52,7 +53,7 @@ fn server(m: &Gm, vq: &MockSplitQueue<Gm>, t: &TempFile, readonly: bool) -> Serv
         interrupt: Arc::new(NoopInterrupt),
         queue: vq.create_queue().expect("queue"),
         queue_evt: EventFd::new(libc::EFD_NONBLOCK).unwrap(),
-        image: open_image(&o).unwrap(),
+        image: Arc::new(open_image(&o).unwrap()),
         serial: *b"tb-serial\0\0\0\0\0\0\0\0\0\0\0",
         metrics: Arc::new(BlockMetrics::default()),
         bounce: vec![0u8; CHUNK + ALIGN],
@@ -383,13 +384,19 @@ fn activated_device_serves_notifications_on_its_thread() {
     let vq = MockSplitQueue::new(&m, 16);
     let mut dev = Block::new(options(&t, false)).unwrap();
     let evt = EventFd::new(libc::EFD_NONBLOCK).unwrap();
-    let active = ActiveQueue {
-        index: 0,
-        queue: vq.create_queue().unwrap(),
-        event: evt.try_clone().unwrap(),
+    let lp = DeviceLoop::spawn("virtio-blk").unwrap();
+    let h = lp.handle();
+    // What the transport does on DRIVER_OK.
+    let start = |dev: &mut Block| {
+        let active = ActiveQueue {
+            index: 0,
+            queue: vq.create_queue().unwrap(),
+            event: evt.try_clone().unwrap(),
+        };
+        let path = dev.activate(m.clone(), Arc::new(NoopInterrupt), vec![active]);
+        h.activate(path.unwrap()).unwrap();
     };
-    dev.activate(m.clone(), Arc::new(NoopInterrupt), vec![active])
-        .unwrap();
+    start(&mut dev);
     header(&m, VIRTIO_BLK_T_IN, 7);
     add_chain(&vq, 0, &[(HDR, 16, R), (DATA, 512, W), (STATUS, 1, W)]);
     evt.write(1).unwrap();
@@ -401,16 +408,17 @@ fn activated_device_serves_notifications_on_its_thread() {
     }
     assert_eq!(status(&m), VIRTIO_BLK_S_OK as u8);
     assert_eq!(m.read_obj::<u8>(GuestAddress(DATA)).unwrap(), 7);
-    assert!(dev.reset());
-    // The image came back from the thread: a second activation works.
-    let active = ActiveQueue {
-        index: 0,
-        queue: vq.create_queue().unwrap(),
-        event: evt.try_clone().unwrap(),
-    };
-    dev.activate(m.clone(), Arc::new(NoopInterrupt), vec![active])
-        .unwrap();
-    assert!(dev.image.is_none());
+    assert!(h.wait_reset(h.reset(), std::time::Duration::from_secs(10)));
+    // The image is shared, not moved: a second activation serves again.
+    start(&mut dev);
+    header(&m, VIRTIO_BLK_T_IN, 9);
+    add_chain(&vq, 3, &[(HDR, 16, R), (DATA, 512, W), (STATUS, 1, W)]);
+    evt.write(1).unwrap();
+    while m.read_obj::<u16>(used_idx).unwrap() < 2 {
+        assert!(std::time::Instant::now() < deadline, "request not served");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(m.read_obj::<u8>(GuestAddress(DATA)).unwrap(), 9);
 }
 
 #[test]
@@ -428,7 +436,7 @@ fn direct_io_goes_through_the_aligned_bounce_buffer() {
         Err(e) => panic!("open O_DIRECT: {e}"),
     };
     let mut s = server(&m, &vq, &t, false);
-    s.image = image;
+    s.image = Arc::new(image);
     header(&m, VIRTIO_BLK_T_OUT, 8);
     m.write_slice(&[0x77; 4096], GuestAddress(DATA + 3))
         .unwrap();
@@ -583,7 +591,7 @@ mod fuzz {
             interrupt: Arc::new(NoopInterrupt),
             queue: load(&m, 0, img),
             queue_evt: EventFd::new(libc::EFD_NONBLOCK).unwrap(),
-            image: open_image(&o).unwrap(),
+            image: Arc::new(open_image(&o).unwrap()),
             serial: [0; VIRTIO_BLK_ID_BYTES as usize],
             metrics: Arc::new(BlockMetrics::default()),
             bounce: vec![0u8; CHUNK + ALIGN],
@@ -634,10 +642,11 @@ mod fuzz {
     }
 }
 
-/// A reset (on a vCPU thread, through the transport) waits for the device
-/// thread's current batch at most. Measured with a queue full of 3.75 MiB
-/// reads: prints the figure; the bound asserted is deliberately loose (a
-/// shared CI machine), the batching itself is checked exactly above.
+/// A reset reaches the device thread after its current batch at most.
+/// Measured with a queue full of 3.75 MiB reads: prints how long the
+/// thread took to acknowledge; the bound asserted is deliberately loose (a
+/// shared CI machine), the batching itself is checked exactly above. The
+/// vCPU side never waits longer than `RESET_WAIT` (see the transport).
 #[test]
 fn reset_under_a_full_queue_waits_for_one_batch_at_most() {
     let m = Gm::from_ranges(&[(GuestAddress(0), 0x100_0000)]).unwrap();
@@ -665,10 +674,15 @@ fn reset_under_a_full_queue_waits_for_one_batch_at_most() {
         queue: vq.create_queue().unwrap(),
         event: evt.try_clone().unwrap(),
     };
-    dev.activate(m.clone(), Arc::new(NoopInterrupt), vec![active])
-        .unwrap();
+    let lp = DeviceLoop::spawn("virtio-blk").unwrap();
+    let h = lp.handle();
+    h.activate(
+        dev.activate(m.clone(), Arc::new(NoopInterrupt), vec![active])
+            .unwrap(),
+    )
+    .unwrap();
     let t0 = std::time::Instant::now();
-    assert!(dev.reset());
+    assert!(h.wait_reset(h.reset(), std::time::Duration::from_secs(60)));
     let waited = t0.elapsed();
     let done = m.read_obj::<u16>(vq.used_addr().unchecked_add(2)).unwrap();
     eprintln!(

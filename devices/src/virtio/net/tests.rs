@@ -56,7 +56,7 @@ fn rig() -> Rig {
         Arc::new(NoopInterrupt),
         q(RXQ),
         q(TXQ),
-        tap,
+        Arc::new(tap),
         Arc::new(NetMetrics::default()),
     );
     Rig {
@@ -191,7 +191,10 @@ fn rx_without_buffers_stops_reading_and_resumes_on_notification() {
     add_chain(&r.m, RXQ, 0, &[(BUF, 1526, W)]);
     add_chain(&r.m, RXQ, 1, &[(BUF + 0x1000, 1526, W)]);
     r.server.rx_evt.write(1).unwrap();
-    r.server.event(RX_TOKEN, &r.epoll);
+    r.server.event(
+        RX_TOKEN,
+        &mut crate::event_loop::LoopContext::detached(&r.epoll, &mut None),
+    );
     assert_eq!(used(&r.m, RXQ, 1), (2, 60));
     assert_eq!(r.m.read_obj::<u8>(GuestAddress(BUF + 12)).unwrap(), 0);
     assert_eq!(
@@ -203,7 +206,10 @@ fn rx_without_buffers_stops_reading_and_resumes_on_notification() {
         "out of buffers again with frame 2 pending"
     );
     add_chain(&r.m, RXQ, 2, &[(BUF + 0x2000, 1526, W)]);
-    r.server.event(RX_TOKEN, &r.epoll);
+    r.server.event(
+        RX_TOKEN,
+        &mut crate::event_loop::LoopContext::detached(&r.epoll, &mut None),
+    );
     assert_eq!(used(&r.m, RXQ, 2), (3, 60));
     assert_eq!(
         r.m.read_obj::<u8>(GuestAddress(BUF + 0x2000 + 12)).unwrap(),
@@ -400,7 +406,7 @@ mod fuzz {
                 Arc::new(NoopInterrupt),
                 q(0, load(&m, 0, &rx_img)),
                 q(1, load(&m, 0x400, &tx_img)),
-                tap,
+                Arc::new(tap),
                 metrics.clone(),
             );
             // Raw datagrams: runts (shorter than the vnet header) too.

@@ -7,6 +7,14 @@
 #   guest progress while paused) / resume (progress again); info follows
 #   every state; counters; power-button: the guest powers itself off and
 #   the VMM exits 0.
+#   While paused, with host pings arriving at the guest's NIC and the
+#   balloon's 1 s statistics timer due: every device counter (irq_signals,
+#   thread_handler_calls, rx_frames, ...) stays the same, i.e. no device
+#   wrote guest memory or interrupted the guest; after resume they move
+#   and every ping is answered once. Then $PAUSE_CYCLES pause/resume
+#   cycles while the guest rewrites and checksums 1 MiB of its disk: no
+#   checksum mismatch, the last round's data in the host file, no
+#   VMM thread or descriptor leaked.
 # Run 2: create from stdin; boot; reboot (the guest boots a second time);
 #   shutdown (state Created, as upstream reports it); delete (info fails); shutdown-vmm ends the
 #   process with exit 0.
@@ -23,6 +31,10 @@
 # shellcheck source=../../lib/l1.sh
 . "$TB_LIB/l1.sh"
 tb_begin l1
+
+# Pause/resume cycles under guest disk I/O and NIC traffic (issue 16's
+# 1,000; a cycle is two ch-remote calls, ~0.18 s under TCG).
+PAUSE_CYCLES=1000
 
 [ -x "$TB_VMM" ] || tb_skip "no VMM binary at $TB_VMM"
 [ -x "$TB_CH_REMOTE" ] || tb_skip "no ch-remote binary at $TB_CH_REMOTE"
@@ -70,12 +82,53 @@ BLOB_SHA=$(sha "$WWW/blob")
 httpd -f -p 8080 -h "$WWW" &
 HTTPD_PID=$!
 tap_up() { ip -o -4 addr show | grep -q 'inet 192.168.10.10/24'; }
-# counter DEVICE NAME from the pretty JSON of ch-remote counters
+# counter DEVICE NAME [FILE] from the pretty JSON of ch-remote counters
 counter() {
     awk -v dev="\"$1\":" -v key="\"$2\":" '
         $1 == dev { f = 1; next }
         f && /}/ { f = 0 }
-        f && $1 == key { gsub(/[^0-9]/, "", $2); print $2; exit }' "$TB_OUT/counters.json"
+        f && $1 == key { gsub(/[^0-9]/, "", $2); print $2; exit }' "${3:-$TB_OUT/counters.json}"
+}
+# VMM threads and open descriptors
+vmm_threads() { ls "/proc/$TB_VMM_PID/task" | wc -l; }
+vmm_fds() { ls "/proc/$TB_VMM_PID/fd" | wc -l; }
+io_done() { tr -d '\r' <"$TB_VMM_SERIAL" | grep -q '^@@TB-IO DONE'; }
+
+# PAUSE_CYCLES pause/resume cycles while the guest's I/O loop (l2.sh)
+# rewrites and checksums 1 MiB of its disk and fetches a file over the
+# NIC each round; then the guest is told to stop (the file io-stop
+# appears) and its last round must be in the host's disk file.
+pause_cycles() {
+    threads0=$(vmm_threads)
+    fds0=$(vmm_fds)
+    start=$(tb_now_ms)
+    n=0
+    while [ "$n" -lt "$PAUSE_CYCLES" ]; do
+        chr pause >"$TB_OUT/cycle.out" 2>&1 || break
+        chr resume >>"$TB_OUT/cycle.out" 2>&1 || break
+        n=$((n + 1))
+    done
+    ms=$(($(tb_now_ms) - start))
+    tb_check_eq pause-resume-cycles "$PAUSE_CYCLES" "$n"
+    tb_fact pause_resume_cycles "$n"
+    tb_fact pause_resume_cycles_ms "$ms"
+    [ "$n" -eq "$PAUSE_CYCLES" ] || tb_log "cycle $n failed: $(tr '\n' ' ' <"$TB_OUT/cycle.out")"
+    tb_check_eq state-after-cycles Running "$(state)"
+    : >"$WWW/io-stop"
+    if tb_wait_until 120 io_done; then
+        line=$(tr -d '\r' <"$TB_VMM_SERIAL" | grep '^@@TB-IO DONE' | tail -n 1)
+        rounds=$(echo "$line" | cut -d ' ' -f 3)
+        tb_fact guest_io_rounds_during_cycles "$rounds"
+        tb_check_ge guest-io-rounds "$rounds" 1
+        tb_check_eq guest-io-no-mismatch 0 "$(tr -d '\r' <"$TB_VMM_SERIAL" | grep -c '^@@TB-IO [0-9]* bad')"
+        # The guest wrote with fsync: the host file has the last round.
+        tb_check_eq guest-io-in-host-file "$(echo "$line" | cut -d ' ' -f 4)" \
+            "$(dd if="$DISK" bs=64k skip=32 count=16 2>/dev/null | sha256sum | cut -d ' ' -f 1)"
+    else
+        tb_fail guest-io-rounds "no @@TB-IO DONE within 120 s: $(tr -d '\r' <"$TB_VMM_SERIAL" | grep '@@TB-IO' | tail -n 2 | tr '\n' '|')"
+    fi
+    tb_check_eq vmm-threads-after-cycles "$threads0" "$(vmm_threads)"
+    tb_check_eq vmm-fds-after-cycles "$fds0" "$(vmm_fds)"
 }
 
 config() { # $1 = scenario run tag, $2 = extra NetConfig fields
@@ -95,6 +148,7 @@ config() { # $1 = scenario run tag, $2 = extra NetConfig fields
   "disks": [{"path": "$DISK"},
             {"path": "$RODISK", "readonly": true, "serial": "tb-ro"}],
   "rng": {"src": "/dev/urandom"},
+  "balloon": {"size": 0, "statistics": true},
   "net": [{$2"ip": "192.168.10.10", "mask": "255.255.255.0", "mac": "12:34:56:78:90:01"}],
   "serial": {"mode": "Tty"},
   "console": {"mode": "Off"}
@@ -105,7 +159,7 @@ JSON
 boot_budget=$((TB_TIMEOUT / 4))
 
 # ---------------------------------------------------------------- run 1 --
-rm -f "$SOCK"
+rm -f "$SOCK" "$WWW/io-stop"
 tb_vmm_start --api-socket "path=$SOCK"
 if ! tb_wait_until 20 socket_up; then
     tb_fail api-socket-up "no answer on $SOCK within 20 s: $(tail -n 3 "$TB_VMM_STDERR" | tr '\n' '|')"
@@ -129,16 +183,31 @@ tb_vmm_wait_line '@@TB-POWERBTN LISTENING' "$boot_budget"
 up=$?
 if [ "$up" -eq 0 ] && tb_wait_until 30 tick_after 0; then
     tb_pass guest-up "guest running its tick loop after $(($(tb_now_ms) - TB_VMM_START_MS)) ms"
+    # A fresh neighbour entry, so the host does not give up on ARP while
+    # the guest is paused (it would drop pings before they reach the TAP).
+    ping -q -c 1 -w 10 192.168.10.2 >/dev/null 2>&1
     tb_check pause chr pause
     tb_check_eq state-after-pause Paused "$(state)"
     expect_fail pause-twice chr pause
     expect_fail power-button-paused chr power-button
     t1=$(ticks)
+    # Host traffic for the paused guest's NIC; answered after resume.
+    ping -q -c 10 -w 60 192.168.10.2 >"$TB_OUT/ping-paused.out" 2>&1 &
+    PING_PID=$!
+    chr counters >"$TB_OUT/counters-paused-a.json"
     # An observation window, not a synchronisation: a paused guest must
-    # print nothing during it (it prints every 200 ms when running).
+    # print nothing during it (it prints every 200 ms when running), and
+    # no device may do anything (the balloon's statistics timer is due
+    # every second, pings arrive at the TAP).
     sleep 3
+    chr counters >"$TB_OUT/counters-paused-b.json"
     t2=$(ticks)
     tb_check_eq no-progress-while-paused "$t1" "$t2"
+    if cmp -s "$TB_OUT/counters-paused-a.json" "$TB_OUT/counters-paused-b.json"; then
+        tb_pass devices-quiet-while-paused "no device counter moved in 3 s (irq_signals, handler calls, rx_frames)"
+    else
+        tb_fail devices-quiet-while-paused "$(diff "$TB_OUT/counters-paused-a.json" "$TB_OUT/counters-paused-b.json" | grep '^[<>]' | head -n 6 | tr -s ' \n' ' ')"
+    fi
     tb_check resume chr resume
     tb_check_eq state-after-resume Running "$(state)"
     if tb_wait_until 30 tick_after "$t2"; then
@@ -146,7 +215,20 @@ if [ "$up" -eq 0 ] && tb_wait_until 30 tick_after 0; then
     else
         tb_fail progress-after-resume "no tick after $t2 within 30 s"
     fi
+    wait "$PING_PID"
+    if grep -Eq ' 10 (packets )?received' "$TB_OUT/ping-paused.out"; then
+        tb_pass pings-answered-after-resume "$(grep 'transmitted' "$TB_OUT/ping-paused.out")"
+    else
+        tb_fail pings-answered-after-resume "$(tr '\n' ' ' <"$TB_OUT/ping-paused.out" | tail -c 200)"
+    fi
+    tb_check no-duplicate-pings sh -c "! grep -q 'duplicates\\|DUP' '$TB_OUT/ping-paused.out'"
     tb_check counters sh -c "\"$TB_CH_REMOTE\" --api-socket '$SOCK' counters >'$TB_OUT/counters.json'"
+    # Not vacuous: the same devices did work once resumed.
+    tb_check_ge counters-balloon-irqs-after-resume "$(counter __balloon irq_signals)" \
+        "$(($(counter __balloon irq_signals "$TB_OUT/counters-paused-b.json") + 1))"
+    tb_check_ge counters-net-rx-after-resume "$(counter _net2 rx_frames)" \
+        "$(($(counter _net2 rx_frames "$TB_OUT/counters-paused-b.json") + 10))"
+    pause_cycles
     tb_check tap-has-host-ip tap_up
     # The guest's checks ran before its tick loop, so they are counted.
     tb_check_ge counters-disk-read-ops "$(counter _disk0 read_ops)" 3

@@ -87,11 +87,42 @@ check_net() {
     rm -f /tmp/blob
 }
 
+# Rounds of disk and network I/O for L1's pause/resume cycles: write
+# 1 MiB of round k's pattern 2 MiB into the disk, fsync, drop the page
+# cache, read it back and compare checksums ("@@TB-IO k ok|bad SHA");
+# fetch io-stop from the host and, once it exists, report the last round
+# ("@@TB-IO DONE k SHA") and stop.
+io_loop() {
+    k=0
+    last=
+    while :; do
+        k=$((k + 1))
+        yes "tb-io-round-$k" | head -c 1048576 >/tmp/io.pat
+        want=$(sha256sum </tmp/io.pat | cut -d ' ' -f 1)
+        dd if=/tmp/io.pat of="/dev/$rw" bs=64k seek=32 conv=fsync 2>/dev/null
+        echo 3 >/proc/sys/vm/drop_caches
+        got=$(dd if="/dev/$rw" bs=64k skip=32 count=16 2>/dev/null | sha256sum | cut -d ' ' -f 1)
+        if [ "$got" = "$want" ]; then
+            echo "@@TB-IO $k ok $want"
+            last=$want
+        else
+            echo "@@TB-IO $k bad want $want got $got"
+        fi
+        if wget -q -O /dev/null http://192.168.10.10:8080/io-stop 2>/dev/null; then
+            echo "@@TB-IO DONE $k $last"
+            return
+        fi
+    done
+}
+
 if [ "$(arg tb.api)" = run1 ]; then
     check_disks
     check_net
+    # The balloon (statistics on) gives L1 a device with a timer.
+    tb_check virtio-balloon-driver modprobe virtio_balloon
 fi
 tb_report
+[ "$(arg tb.api)" = run1 ] && [ -n "$rw" ] && io_loop &
 
 tb-powerbtn 600 &
 i=0
