@@ -99,6 +99,12 @@ pub fn restrict(rules: &[(PathBuf, Allow)]) -> io::Result<()> {
             "landlock: this kernel does not enforce Landlock (not built in, or not in lsm=)",
         ));
     }
+    log::info!(
+        "landlock: {:?} ({:?}), {} path rule(s)",
+        status.ruleset,
+        status.landlock,
+        rules.len()
+    );
     Ok(())
 }
 

@@ -58,9 +58,11 @@ struct Cli {
     /// More log output (-v info, -vv debug, -vvv trace).
     #[arg(short, action = clap::ArgAction::Count)]
     v: u8,
-    /// Seccomp filters per thread: true (a denied syscall ends the VMM
-    /// with a report), false, or log (the kernel logs denied syscalls).
-    #[arg(long, value_name = "true|false|log", default_value = "false")]
+    /// Seccomp filters per thread (on by default, as upstream): true (a
+    /// denied syscall ends the VMM with a report naming the thread and the
+    /// syscall), false, or log (denied syscalls run and the kernel logs
+    /// them).
+    #[arg(long, value_name = "true|false|log", default_value = "true")]
     seccomp: String,
     /// Restrict file access to the paths the configuration names (needs
     /// --kernel: the configuration must be known at start).
@@ -162,15 +164,21 @@ fn confine(
     if mode == SeccompMode::Off {
         return Ok(());
     }
+    // glibc gives each thread its own malloc arena; when a thread's arena
+    // shrinks after large frees (virtio-net under load), glibc opens
+    // /proc/sys/vm/overcommit_memory from that thread (check_may_shrink_heap),
+    // which the device filters forbid. One arena (the brk heap) never takes
+    // that path; the VMM has a handful of threads, so contention is low.
+    // SAFETY: mallopt only changes allocator tuning; no other thread exists yet.
+    if unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) } != 1 {
+        log::warn!(
+            "seccomp: mallopt(M_ARENA_MAX, 1) refused; a thread's heap trim may trip its filter"
+        );
+    }
     seccomp::set_mode(mode);
     seccomp::install_sigsys_handler().map_err(|e| format!("seccomp: SIGSYS handler: {e}"))?;
-    devices::sandbox::install(Box::new(|name| match ThreadKind::of_thread(name) {
-        Some(kind) => seccomp::enter(kind),
-        None => Err(std::io::Error::other(format!(
-            "seccomp: no filter for a thread named {name:?}"
-        ))),
-    }))
-    .map_err(|e| format!("seccomp: starting the device spawner: {e}"))?;
+    devices::sandbox::install(seccomp::device_sandbox_hook())
+        .map_err(|e| format!("seccomp: starting the device spawner: {e}"))?;
     seccomp::enter(ThreadKind::Vmm).map_err(|e| e.to_string())?;
     log::info!("seccomp: a filter per thread kind ({mode:?} on a denied syscall)");
     Ok(())

@@ -89,10 +89,11 @@ impl ThreadKind {
 }
 
 /// What every thread needs: memory, futexes, signals, logging, exit.
+/// (Sleeping is the VMM's: device threads wait in epoll, with a timeout
+/// for their timers, and vCPUs park on a futex.)
 const COMMON: &[libc::c_long] = &[
     libc::SYS_brk,
     libc::SYS_clock_gettime,
-    libc::SYS_clock_nanosleep,
     libc::SYS_close,
     libc::SYS_exit,
     libc::SYS_exit_group,
@@ -105,7 +106,6 @@ const COMMON: &[libc::c_long] = &[
     libc::SYS_mprotect,
     libc::SYS_mremap,
     libc::SYS_munmap,
-    libc::SYS_nanosleep,
     libc::SYS_read,
     libc::SYS_readv,
     libc::SYS_restart_syscall,
@@ -133,6 +133,7 @@ const VMM: &[libc::c_long] = &[
     libc::SYS_accept4,
     libc::SYS_access,
     libc::SYS_bind,
+    libc::SYS_clock_nanosleep,
     libc::SYS_clone,
     libc::SYS_clone3,
     libc::SYS_connect,
@@ -171,6 +172,7 @@ const VMM: &[libc::c_long] = &[
     libc::SYS_memfd_create,
     libc::SYS_mkdir,
     libc::SYS_mkdirat,
+    libc::SYS_nanosleep,
     libc::SYS_newfstatat,
     libc::SYS_open,
     libc::SYS_openat,
@@ -214,28 +216,21 @@ const VMM: &[libc::c_long] = &[
 ];
 
 /// A vCPU thread: KVM_RUN and the devices behind its I/O and MMIO exits.
-/// Activation and reset of a virtio device run here (until the device
-/// manager turns them into messages), so it creates eventfds and epolls
-/// and hands new threads to the device spawner.
-const VCPU: &[libc::c_long] = &[
-    libc::SYS_dup,
-    libc::SYS_epoll_create1,
-    libc::SYS_epoll_ctl,
-    libc::SYS_eventfd2,
-    libc::SYS_fcntl,
-];
+/// Beyond [`COMMON`] only its KVM ioctls ([`vcpu_ioctls`]) and, for a
+/// driver's activation of a virtio device, `fcntl(F_DUPFD_CLOEXEC)`: the
+/// transport hands the device thread clones of its queue eventfds (and a
+/// device its own, say the balloon's control eventfd). The data path then
+/// starts on the device's thread by message (`devices::event_loop`): a
+/// vCPU creates no eventfd, epoll or thread.
+const VCPU: &[libc::c_long] = &[];
 
-const BLOCK: &[libc::c_long] = &[
-    libc::SYS_fdatasync,
-    libc::SYS_fsync,
-    libc::SYS_lseek,
-    libc::SYS_pread64,
-    libc::SYS_preadv,
-    libc::SYS_pwrite64,
-    libc::SYS_pwritev,
-];
+/// Positioned reads and writes of the image (`read_exact_at` /
+/// `write_all_at`) and FLUSH (`sync_data`); the image was opened and
+/// sized on the VMM thread.
+const BLOCK: &[libc::c_long] = &[libc::SYS_fdatasync, libc::SYS_pread64, libc::SYS_pwrite64];
 
-const NET: &[libc::c_long] = &[libc::SYS_recvfrom, libc::SYS_sendto];
+/// The TAP is a character device: frames go through `read`/`write`.
+const NET: &[libc::c_long] = &[];
 
 const RNG: &[libc::c_long] = &[];
 
@@ -276,21 +271,32 @@ fn rules_for(kind: ThreadKind) -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccom
         .chain(if device { DEVICE_LOOP } else { &[] })
         .map(|&nr| (nr, Vec::new()))
         .collect();
+    // F_GETFD: Rust's std checks that a descriptor is open before it
+    // closes it (debug builds), as when a thread drops an eventfd.
+    let mut fcntl_cmds = vec![libc::F_GETFD as u64];
     if kind == ThreadKind::Vcpu {
-        let ioctls = vcpu_ioctls()
-            .into_iter()
-            .map(|request| {
-                SeccompRule::new(vec![SeccompCondition::new(
-                    1,
-                    SeccompCmpArgLen::Dword,
-                    SeccompCmpOp::Eq,
-                    request,
-                )?])
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        rules.insert(libc::SYS_ioctl, ioctls);
+        rules.insert(libc::SYS_ioctl, arg_is_one_of(1, &vcpu_ioctls())?);
+        fcntl_cmds.push(libc::F_DUPFD_CLOEXEC as u64);
+    }
+    if kind != ThreadKind::Vmm {
+        rules.insert(libc::SYS_fcntl, arg_is_one_of(1, &fcntl_cmds)?);
     }
     Ok(rules)
+}
+
+/// Rules that allow a syscall when its argument `arg` equals one of
+/// `values` (compared as 32 bits: ioctl requests and fcntl commands are
+/// `int`/`unsigned int` in the kernel).
+fn arg_is_one_of(arg: u8, values: &[u64]) -> Result<Vec<SeccompRule>, seccompiler::Error> {
+    let rule = |v| {
+        SeccompRule::new(vec![SeccompCondition::new(
+            arg,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Eq,
+            v,
+        )?])
+    };
+    Ok(values.iter().map(|&v| rule(v)).collect::<Result<_, _>>()?)
 }
 
 /// The compiled filter for `kind`, or None when seccomp is off.
@@ -349,6 +355,18 @@ pub fn set_mode(mode: SeccompMode) {
 /// before [`set_mode`], as in unit tests).
 pub fn enter(kind: ThreadKind) -> io::Result<()> {
     apply(kind, MODE.get().copied().unwrap_or(SeccompMode::Off))
+}
+
+/// The hook `devices::sandbox` runs first thing on every device thread
+/// (and on its spawner): the filter of the thread's kind, by name. A thread
+/// with a name no filter is known for does not start.
+pub fn device_sandbox_hook() -> devices::sandbox::SandboxHook {
+    Box::new(|name| match ThreadKind::of_thread(name) {
+        Some(kind) => enter(kind),
+        None => Err(io::Error::other(format!(
+            "seccomp: no filter for a thread named {name:?}"
+        ))),
+    })
 }
 
 /// Installs the SIGSYS handler that reports a denied syscall and ends the

@@ -148,3 +148,288 @@ fn a_confined_thread_can_allocate_and_exit() {
         in_child("seccomp::tests::child_thread_exits_cleanly_under_a_device_filter");
     assert_eq!(code, Some(0), "stderr: {stderr}");
 }
+
+/// Starts a device thread the way the VMM does (spawner with the VMM
+/// filter, then the device's own) and has it open a file, which no device
+/// filter allows. Prints what the thread saw when the open ran (log mode).
+fn open_from_a_device_thread(mode: SeccompMode) {
+    install_sigsys_handler().unwrap();
+    set_mode(mode);
+    devices::sandbox::install(device_sandbox_hook()).expect("spawner starts confined");
+    apply(ThreadKind::Vmm, mode).unwrap();
+    let worker = devices::sandbox::spawn("virtio-blk", || {
+        // Reading /proc opens a file: denied for every device thread.
+        std::fs::read_to_string("/proc/thread-self/status")
+    })
+    .expect("the device thread starts");
+    let status = worker.join().unwrap().expect("ran").expect("read");
+    let seccomp = status
+        .lines()
+        .find(|l| l.starts_with("Seccomp:"))
+        .unwrap_or("Seccomp: ?");
+    println!("device-thread-opened {seccomp}");
+    std::process::exit(0);
+}
+
+#[test]
+fn child_device_thread_opens_a_file_trap() {
+    if is_child() {
+        open_from_a_device_thread(SeccompMode::Trap);
+    }
+}
+
+#[test]
+fn child_device_thread_opens_a_file_log() {
+    if is_child() {
+        open_from_a_device_thread(SeccompMode::Log);
+    }
+}
+
+#[test]
+fn a_device_thread_started_through_the_spawner_is_killed_on_a_forbidden_syscall() {
+    let (code, stderr) = in_child("seccomp::tests::child_device_thread_opens_a_file_trap");
+    assert_eq!(code, Some(SIGSYS_EXIT_CODE), "stderr: {stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "seccomp: a virtio-blk thread made a forbidden syscall {}",
+            libc::SYS_openat
+        )),
+        "stderr: {stderr}"
+    );
+}
+
+#[test]
+fn in_log_mode_a_forbidden_syscall_runs_under_the_filter() {
+    let out = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "seccomp::tests::child_device_thread_opens_a_file_log",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, "1")
+        .output()
+        .expect("run the child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stdout: {stdout}");
+    // Mode 2 = filtered: the thread ran the open under its filter.
+    assert!(
+        stdout.contains("device-thread-opened Seccomp:\t2"),
+        "stdout: {stdout}"
+    );
+}
+
+/// Confines the calling thread as a vCPU thread is (VMM filter, then its own).
+fn enter_as_vcpu() {
+    install_sigsys_handler().unwrap();
+    apply(ThreadKind::Vmm, SeccompMode::Trap).unwrap();
+    apply(ThreadKind::Vcpu, SeccompMode::Trap).unwrap();
+}
+
+#[test]
+fn child_vcpu_fcntl() {
+    if !is_child() {
+        return;
+    }
+    enter_as_vcpu();
+    // Cloning an eventfd for a device thread (File::try_clone) is allowed.
+    // SAFETY: fcntl on stdin; the new fd is closed at exit.
+    let fd = unsafe { libc::fcntl(0, libc::F_DUPFD_CLOEXEC, 0) };
+    assert!(fd >= 0, "F_DUPFD_CLOEXEC");
+    println!("dupfd-allowed");
+    // Any other fcntl command is not.
+    // SAFETY: F_GETFL on stdin.
+    unsafe { libc::fcntl(0, libc::F_GETFL) };
+    std::process::exit(0);
+}
+
+#[test]
+fn a_vcpu_may_clone_a_descriptor_but_use_no_other_fcntl() {
+    let (code, stderr) = in_child("seccomp::tests::child_vcpu_fcntl");
+    assert_eq!(code, Some(SIGSYS_EXIT_CODE), "stderr: {stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "a vcpu thread made a forbidden syscall {}",
+            libc::SYS_fcntl
+        )),
+        "stderr: {stderr}"
+    );
+}
+
+#[test]
+fn child_vcpu_eventfd() {
+    if !is_child() {
+        return;
+    }
+    enter_as_vcpu();
+    // Devices start by message on their own thread: a vCPU creates no
+    // eventfd (nor epoll, nor thread).
+    // SAFETY: eventfd with valid flags.
+    unsafe { libc::eventfd(0, libc::EFD_NONBLOCK) };
+    std::process::exit(0);
+}
+
+#[test]
+fn a_vcpu_cannot_create_an_eventfd() {
+    let (code, stderr) = in_child("seccomp::tests::child_vcpu_eventfd");
+    assert_eq!(code, Some(SIGSYS_EXIT_CODE), "stderr: {stderr}");
+    assert!(
+        stderr.contains(&format!("forbidden syscall {}", libc::SYS_eventfd2)),
+        "stderr: {stderr}"
+    );
+}
+
+/// What each device thread does on its data path, done on a thread
+/// started through the spawner under the real filters: epoll over an
+/// eventfd, then the device's own I/O on descriptors opened beforehand
+/// (as the VMM thread opens them).
+#[test]
+fn child_device_threads_do_their_work() {
+    if !is_child() {
+        return;
+    }
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
+    use vmm_sys_util::eventfd::EventFd;
+
+    install_sigsys_handler().unwrap();
+    set_mode(SeccompMode::Trap);
+    devices::sandbox::install(device_sandbox_hook()).unwrap();
+    apply(ThreadKind::Vmm, SeccompMode::Trap).unwrap();
+    let dir = vmm_sys_util::tempdir::TempDir::new_with_prefix("/tmp/seccomp-work-").unwrap();
+    let image = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(dir.as_path().join("image"))
+        .unwrap();
+    image.set_len(1 << 20).unwrap();
+    let source = std::fs::File::open("/dev/urandom").unwrap();
+    let evt = EventFd::new(libc::EFD_NONBLOCK).unwrap();
+    let run = |name: &'static str, work: Box<dyn FnOnce() -> u64 + Send>| {
+        devices::sandbox::spawn(name, work)
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .join()
+            .unwrap()
+            .unwrap()
+    };
+    // The device loop: an epoll made by the VMM thread, waited on here.
+    let epoll = std::sync::Arc::new(Epoll::new().unwrap());
+    epoll
+        .ctl(
+            ControlOperation::Add,
+            evt.as_raw_fd(),
+            EpollEvent::new(EventSet::IN, 1),
+        )
+        .unwrap();
+    let block_evt = evt.try_clone().unwrap();
+    let block_epoll = epoll.clone();
+    let n = run(
+        "virtio-blk",
+        Box::new(move || {
+            block_evt.write(1).unwrap();
+            let mut events = [EpollEvent::default(); 4];
+            assert_eq!(block_epoll.wait(1000, &mut events).unwrap(), 1);
+            block_evt.read().unwrap();
+            image.write_all_at(b"sector", 4096).unwrap();
+            image.sync_data().unwrap();
+            let mut back = [0u8; 6];
+            image.read_exact_at(&mut back, 4096).unwrap();
+            assert_eq!(&back, b"sector");
+            back.len() as u64
+        }),
+    );
+    assert_eq!(n, 6);
+    let n = run(
+        "virtio-rng",
+        Box::new(move || {
+            let mut buf = [0u8; 64];
+            (&source).read_exact(&mut buf).unwrap();
+            buf.len() as u64
+        }),
+    );
+    assert_eq!(n, 64);
+    // A TAP stands in as a pipe: frames are read and written whole.
+    let (rx, tx) = std::io::pipe().unwrap();
+    let n = run(
+        "virtio-net",
+        Box::new(move || {
+            (&tx).write_all(b"frame").unwrap();
+            let mut buf = [0u8; 5];
+            (&rx).read_exact(&mut buf).unwrap();
+            buf.len() as u64
+        }),
+    );
+    assert_eq!(n, 5);
+    // The balloon gives a page of a memfd zone back: DONTNEED plus a hole.
+    let zone = memfd_page();
+    let n = run(
+        "balloon",
+        Box::new(move || {
+            let (fd, addr) = zone;
+            // SAFETY: addr is a 4 KiB shared mapping of fd made above.
+            let rc = unsafe {
+                libc::madvise(addr as *mut libc::c_void, 4096, libc::MADV_DONTNEED)
+                    | libc::fallocate(
+                        fd,
+                        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                        0,
+                        4096,
+                    )
+            };
+            assert_eq!(rc, 0);
+            4096
+        }),
+    );
+    assert_eq!(n, 4096);
+    println!("device-work-done");
+    std::process::exit(0);
+}
+
+/// A memfd with one page, mapped shared: (fd, address). Both live until
+/// the child process exits.
+fn memfd_page() -> (i32, usize) {
+    // SAFETY: memfd_create with a valid name; ftruncate and mmap on the
+    // new fd with valid arguments; results checked.
+    unsafe {
+        let fd = libc::memfd_create(c"zone".as_ptr(), 0);
+        assert!(fd >= 0);
+        assert_eq!(libc::ftruncate(fd, 4096), 0);
+        let addr = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        );
+        assert_ne!(addr, libc::MAP_FAILED);
+        *(addr as *mut u8) = 1;
+        (fd, addr as usize)
+    }
+}
+
+#[test]
+fn device_threads_can_do_their_work_under_their_filters() {
+    let out = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "seccomp::tests::child_device_threads_do_their_work",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, "1")
+        .output()
+        .expect("run the child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    assert!(stdout.contains("device-work-done"), "stdout: {stdout}");
+}

@@ -1,0 +1,317 @@
+//! The `cloud-hypervisor` binary with its sandbox, on this host's
+//! /dev/kvm, driven through its API: seccomp is on by default and every
+//! thread is filtered, a whole API lifecycle runs without a denied
+//! syscall, and under `--landlock` a VM re-created through the API cannot
+//! open a disk outside the paths the command line named.
+//!
+//! The guest is a few bytes (`cli; hlt`), so this runs wherever /dev/kvm
+//! can run 64-bit code, PVM hosts included: the vCPU halts in the kernel.
+
+use std::fs;
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use api::client::{api_request, HttpResponse, Method};
+use vmm_sys_util::tempdir::TempDir;
+
+/// The fd number the child gets its API listener on.
+const API_FD: i32 = 3;
+/// What the SIGSYS handler prints (vmm/src/seccomp.rs).
+const SIGSYS_REPORT: &str = "made a forbidden syscall";
+
+/// An ELF64 "kernel" whose entry is `cli; hlt; jmp hlt` at 1 MiB.
+fn halting_kernel(path: &Path) {
+    const ENTRY: u64 = 0x10_0000;
+    const CODE_OFFSET: u64 = 0x1000;
+    let code = [0xfa, 0xf4, 0xeb, 0xfd];
+    let mut elf = Vec::new();
+    elf.extend_from_slice(b"\x7fELF\x02\x01\x01\0");
+    elf.extend_from_slice(&[0; 8]);
+    elf.extend_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+    elf.extend_from_slice(&0x3eu16.to_le_bytes()); // x86-64
+    elf.extend_from_slice(&1u32.to_le_bytes());
+    elf.extend_from_slice(&ENTRY.to_le_bytes());
+    elf.extend_from_slice(&64u64.to_le_bytes()); // program headers
+    elf.extend_from_slice(&0u64.to_le_bytes()); // no section headers
+    elf.extend_from_slice(&0u32.to_le_bytes());
+    for half in [64u16, 56, 1, 0, 0, 0] {
+        elf.extend_from_slice(&half.to_le_bytes());
+    }
+    elf.extend_from_slice(&1u32.to_le_bytes()); // PT_LOAD
+    elf.extend_from_slice(&5u32.to_le_bytes()); // R+X
+    for word in [CODE_OFFSET, ENTRY, ENTRY, 4, 4, 0x1000] {
+        elf.extend_from_slice(&word.to_le_bytes());
+    }
+    elf.resize(CODE_OFFSET as usize, 0);
+    elf.extend_from_slice(&code);
+    fs::write(path, elf).expect("write the kernel");
+}
+
+fn disk(path: &Path, marker: &[u8]) {
+    let mut f = fs::File::create(path).expect("create a disk");
+    f.write_all(marker).expect("write the marker");
+    f.set_len(1 << 20).expect("size the disk");
+}
+
+struct Vmm {
+    child: Child,
+    socket: PathBuf,
+    stderr: PathBuf,
+}
+
+impl Vmm {
+    /// Starts the VMM with `args`, its API on a listener bound here (so
+    /// requests queue until the server accepts: no wait for a socket).
+    fn start(dir: &Path, args: &[&str]) -> Self {
+        let socket = dir.join("api.sock");
+        let listener = UnixListener::bind(&socket).expect("bind the API socket");
+        let stderr = dir.join("vmm.stderr");
+        let fd = listener.as_raw_fd();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cloud-hypervisor"));
+        cmd.args(args)
+            .args(["-v", "--api-socket", &format!("fd={API_FD}")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&stderr).expect("stderr file"));
+        // SAFETY: dup2 and fcntl are async-signal-safe; this runs in the
+        // child between fork and exec. The listener must reach the VMM as
+        // API_FD without close-on-exec: dup2 clears the flag, except when
+        // the listener already is API_FD (dup2 then does nothing).
+        unsafe {
+            cmd.pre_exec(move || {
+                let rc = if fd == API_FD {
+                    libc::fcntl(fd, libc::F_SETFD, 0)
+                } else {
+                    libc::dup2(fd, API_FD)
+                };
+                if rc < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().expect("start cloud-hypervisor");
+        drop(listener);
+        Self {
+            child,
+            socket,
+            stderr,
+        }
+    }
+
+    fn put(&self, endpoint: &str, body: Option<&str>) -> HttpResponse {
+        api_request(&self.socket, Method::Put, endpoint, body.map(str::as_bytes))
+            .unwrap_or_else(|e| panic!("{endpoint}: {e}; VMM log: {}", self.log()))
+    }
+
+    fn ok(&self, endpoint: &str, body: Option<&str>) {
+        let r = self.put(endpoint, body);
+        assert!(
+            (200..300).contains(&r.status),
+            "{endpoint}: {} {}; VMM log: {}",
+            r.status,
+            String::from_utf8_lossy(&r.body),
+            self.log()
+        );
+    }
+
+    fn state(&self) -> String {
+        let r = api_request(&self.socket, Method::Get, "vm.info", None)
+            .unwrap_or_else(|e| panic!("vm.info: {e}; VMM log: {}", self.log()));
+        let info: serde_json::Value = serde_json::from_slice(&r.body)
+            .unwrap_or_else(|e| panic!("vm.info: {e}; VMM log: {}", self.log()));
+        info["state"].as_str().unwrap_or("?").to_owned()
+    }
+
+    /// (name, seccomp mode, number of filters) of every thread.
+    fn threads(&self) -> Vec<(String, String, u32)> {
+        let tasks = format!("/proc/{}/task", self.child.id());
+        fs::read_dir(tasks)
+            .expect("the VMM's threads")
+            .filter_map(|t| {
+                let t = t.ok()?.path();
+                let comm = fs::read_to_string(t.join("comm")).ok()?;
+                let status = fs::read_to_string(t.join("status")).ok()?;
+                let field = |key: &str| {
+                    status
+                        .lines()
+                        .find_map(|l| l.strip_prefix(key))
+                        .map(|v| v.trim().to_owned())
+                        .unwrap_or_default()
+                };
+                let filters = field("Seccomp_filters:").parse().unwrap_or(0);
+                Some((comm.trim().to_owned(), field("Seccomp:"), filters))
+            })
+            .collect()
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// Asks the VMM to exit and checks it did so cleanly, with no thread
+    /// having made a forbidden syscall.
+    fn shut_down(mut self) {
+        self.ok("vmm.shutdown", None);
+        let status = self.child.wait().expect("wait for the VMM");
+        let log = self.log();
+        assert!(!log.contains(SIGSYS_REPORT), "VMM log: {log}");
+        assert!(status.success(), "exit {status:?}; VMM log: {log}");
+    }
+}
+
+impl Drop for Vmm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn vm_config(kernel: &Path, disk: &Path) -> String {
+    serde_json::json!({
+        "cpus": {"boot_vcpus": 1, "max_vcpus": 1},
+        "memory": {"size": 64u64 << 20},
+        "payload": {"kernel": kernel},
+        "disks": [{"path": disk}],
+        "serial": {"mode": "Null"},
+        "console": {"mode": "Off"},
+    })
+    .to_string()
+}
+
+fn kvm_available() -> bool {
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok()
+}
+
+#[test]
+fn seccomp_is_on_by_default_and_an_api_lifecycle_makes_no_forbidden_syscall() {
+    assert!(kvm_available(), "these tests need /dev/kvm");
+    let dir = TempDir::new_with_prefix("/tmp/vmm-sandbox-").expect("tempdir");
+    let dir = dir.as_path();
+    let kernel = dir.join("halt.elf");
+    halting_kernel(&kernel);
+    let image = dir.join("disk.raw");
+    disk(&image, b"disk");
+    let disk_arg = format!("path={}", image.display());
+    let vmm = Vmm::start(
+        dir,
+        &[
+            "--kernel",
+            kernel.to_str().expect("utf-8 path"),
+            "--memory",
+            "size=64M",
+            "--disk",
+            &disk_arg,
+            "--serial",
+            "null",
+            "--console",
+            "off",
+        ],
+    );
+    assert_eq!(vmm.state(), "Running", "VMM log: {}", vmm.log());
+    // Once paused, every vCPU thread has run (so it is named and confined).
+    vmm.ok("vm.pause", None);
+    assert_eq!(vmm.state(), "Paused");
+    let threads = vmm.threads();
+    for (name, mode, filters) in &threads {
+        // 2 = SECCOMP_MODE_FILTER.
+        assert_eq!(mode, "2", "thread {name} unfiltered: {threads:?}");
+        let own = name.starts_with("vcpu") || name.starts_with("virtio-");
+        assert!(
+            !own || *filters >= 2,
+            "{name} lacks its own filter: {threads:?}"
+        );
+    }
+    assert!(threads.iter().any(|(n, _, _)| n == "vcpu0"), "{threads:?}");
+    assert!(
+        threads.iter().any(|(n, _, _)| n == "virtio-blk"),
+        "{threads:?}"
+    );
+    vmm.ok("vm.resume", None);
+    let counters = api_request(&vmm.socket, Method::Get, "vm.counters", None).expect("counters");
+    assert_eq!(counters.status, 200);
+    vmm.ok("vm.shutdown", None);
+    vmm.ok("vm.delete", None);
+    vmm.ok("vm.create", Some(&vm_config(&kernel, &image)));
+    vmm.ok("vm.boot", None);
+    assert_eq!(vmm.state(), "Running");
+    vmm.ok("vm.reboot", None);
+    assert_eq!(vmm.state(), "Running");
+    vmm.shut_down();
+}
+
+#[test]
+fn under_landlock_a_vm_created_later_cannot_open_a_path_outside_the_command_line() {
+    assert!(kvm_available(), "these tests need /dev/kvm");
+    let dir = TempDir::new_with_prefix("/tmp/vmm-landlock-").expect("tempdir");
+    let dir = dir.as_path();
+    let inside = dir.join("inside");
+    let outside = dir.join("outside");
+    fs::create_dir(&inside).expect("mkdir");
+    fs::create_dir(&outside).expect("mkdir");
+    let kernel = inside.join("halt.elf");
+    halting_kernel(&kernel);
+    let named = inside.join("disk.raw");
+    let other = outside.join("disk.raw");
+    disk(&named, b"inside");
+    disk(&other, b"outside");
+    let disk_arg = format!("path={}", named.display());
+    let vmm = Vmm::start(
+        dir,
+        &[
+            "--landlock",
+            "--kernel",
+            kernel.to_str().expect("utf-8 path"),
+            "--memory",
+            "size=64M",
+            "--disk",
+            &disk_arg,
+            "--serial",
+            "null",
+            "--console",
+            "off",
+        ],
+    );
+    assert_eq!(vmm.state(), "Running", "VMM log: {}", vmm.log());
+    assert!(
+        vmm.log().contains("landlock: FullyEnforced"),
+        "{}",
+        vmm.log()
+    );
+    vmm.ok("vm.shutdown", None);
+    vmm.ok("vm.delete", None);
+
+    // Creating may or may not look at the disk; booting must open it.
+    let created = vmm.put("vm.create", Some(&vm_config(&kernel, &other)));
+    let refusal = if (200..300).contains(&created.status) {
+        vmm.put("vm.boot", None)
+    } else {
+        created
+    };
+    let text = String::from_utf8_lossy(&refusal.body).into_owned();
+    assert!(
+        !(200..300).contains(&refusal.status) && text.contains("Permission denied"),
+        "{} {text}; VMM log: {}",
+        refusal.status,
+        vmm.log()
+    );
+    assert!(text.contains(&other.display().to_string()), "{text}");
+    assert_ne!(vmm.state(), "Running");
+
+    // The paths the command line named still open (a VM's reboot needs them).
+    let _ = vmm.put("vm.delete", None);
+    vmm.ok("vm.create", Some(&vm_config(&kernel, &named)));
+    vmm.ok("vm.boot", None);
+    assert_eq!(vmm.state(), "Running");
+    vmm.ok("vm.reboot", None);
+    assert_eq!(vmm.state(), "Running");
+    vmm.shut_down();
+}
