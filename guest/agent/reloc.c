@@ -49,6 +49,29 @@ size_t reloc_worthwhile(const double *pd, size_t np, const double *dd,
 	return i;
 }
 
+double reloc_density_floor(const double *dens, const double *bytes, size_t n)
+{
+	double sum = 0, size = 0;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		sum += dens[i] * bytes[i];
+		size += bytes[i];
+	}
+	return size > 0 ? sum / size : 0;
+}
+
+int reloc_persists(unsigned long start, unsigned long end,
+		   const unsigned long *ps, const unsigned long *pe, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (start <= pe[i] && ps[i] <= end)
+			return 1;
+	return 0;
+}
+
 /* A first guess for one page move before any has been measured. */
 #define CPU_BUDGET_FIRST_PAGE_NS	20000.0
 

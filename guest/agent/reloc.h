@@ -55,6 +55,26 @@ int reloc_pair_worthwhile(double promo_density, double demo_density,
 			  unsigned long alpha_pct);
 
 /*
+ * Hysteresis against sampling noise (issue 14: with sampled accessed
+ * bits the agent kept swapping cold pages for cold pages whose estimated
+ * densities differed by chance, 185 k moves for a 16 k-page hot set).
+ *
+ * reloc_density_floor() - the size-weighted mean density of the demote
+ * list: a swap partner counts as at least this dense, so a promotion must
+ * be alpha times denser than the cold tier on average, not merely than
+ * the coldest-looking (often zero-sample) range.
+ */
+double reloc_density_floor(const double *dens, const double *bytes, size_t n);
+
+/*
+ * reloc_persists() - [@start, @end] overlaps one of the @n intervals that
+ * qualified in the previous round: a range is promoted only once it has
+ * qualified in two rounds in a row.
+ */
+int reloc_persists(unsigned long start, unsigned long end,
+		   const unsigned long *ps, const unsigned long *pe, size_t n);
+
+/*
  * CPU budget for the manager (agent + kernel worker): a token bucket in
  * nanoseconds of CPU.  It earns @pct % of the wall time that passes and
  * pays for all CPU the manager used; the pages a round may move follow

@@ -5,6 +5,7 @@
  *
  *   tier_main.c   module parameters, targets, the worker thread, sysfs
  *   tier_abit.c   accessed-bit sampling source (any x86 CPU)
+ *   tier_abit_plan.c  its sampling plan and scan back-off (pure C)
  *   tier_pebs.c   PEBS sampling source (Intel, perf kernel counters)
  *   tier_sample.c sample decoding / ring (pure C, user-space tested)
  */
@@ -61,7 +62,19 @@ struct tier_target {
 	u64 cycle_start_ns;
 	bool abit_armed;	/* bits cleared, waiting for the window */
 	u32 window_ms;
-	u64 abit_present, abit_young;	/* last check pass */
+	u64 abit_present, abit_young;	/* last check pass (samples) */
+	bool abit_none_young;	/* the last check saw none: TLB-bound? */
+	struct tier_abit_sample *abit_samp;	/* armed sample pages */
+	u32 abit_nsamp, abit_cap;
+	u64 abit_rng;
+	u32 scan_level;		/* back-off: intervals are << scan_level */
+	u64 next_resident_ns;	/* next read-only residency walk */
+	u64 prev_hot_bytes;	/* at the last epoch (stability) */
+	u64 moved_seen;		/* reloc_promoted + reloc_demoted then */
+	u64 reshaped_seen;	/* splits + merges then */
+	/* per-phase cost (ns) and counts, for the stats file */
+	u64 arm_ns, check_ns, resident_ns, flush_ns;
+	u64 nr_resident_walks, nr_flushes, nr_stable_epochs;
 
 	/* PEBS source */
 	struct perf_event **pebs_ev;	/* 2 per thread: load, store */
@@ -72,6 +85,7 @@ struct tier_target {
 	tier_counter_t verdicts[TIER_NR_VERDICTS];
 
 	u64 next_epoch_ns;
+	u64 epoch_period_ns;	/* the running epoch's length */
 	u64 epoch_samples;	/* samples recorded in the running epoch */
 	u64 last_rate;		/* samples/s over the last epoch */
 
@@ -105,7 +119,9 @@ extern unsigned int tier_abit_min_window_ms, tier_abit_young_lo_pct;
 extern unsigned int tier_abit_young_hi_pct, tier_half_split;
 extern unsigned int tier_edge_split, tier_fmem_capacity_mb;
 extern unsigned int tier_auto_rss_mb;
-extern bool tier_follow_children, tier_abit_tlb_flush;
+extern bool tier_follow_children;
+enum { TIER_FLUSH_NEVER, TIER_FLUSH_ALWAYS, TIER_FLUSH_AUTO };
+extern unsigned int tier_abit_tlb_flush;
 extern int tier_sampler;
 extern bool tier_pebs_ok, tier_pebs_probed;
 extern const char * const tier_req_names[];
@@ -123,6 +139,11 @@ extern char tier_auto_cgrp_path[TIER_CGRP_PATH_MAX];
 extern int tier_fmem_node, tier_smem_node;
 extern char tier_pebs_why[TIER_PEBS_WHY_MAX];
 extern u64 tier_worker_busy_ns, tier_nr_epochs, tier_nr_scans;
+/*
+ * Young accessed-bit samples, weighted like nr_samples, by the node of the
+ * page (FMem node / any other); cumulative from module load.
+ */
+extern u64 tier_fmem_samples, tier_smem_samples;
 
 u64 tier_fmem_capacity_pages(void);
 int tier_detect_nodes(void);
@@ -145,7 +166,19 @@ extern const struct attribute_group tier_list_group;
 unsigned long dmb_node_ballooned_managed_pages(int nid);
 
 /* accessed-bit source */
-void tier_abit_flush(void);
+#define TIER_ABIT_MAX_SAMPLES	2048	/* per target and cycle: PTE writes */
+#define TIER_ABIT_TRIES		2	/* draws per stratum for a present page */
+#define TIER_ABIT_MAX_STRATA_MULT	16	/* sparse ranges: at most 16k strata */
+struct tier_abit_sample {
+	u64 addr;
+	u64 weight;	/* base pages it stands for */
+};
+extern unsigned int tier_abit_samples, tier_abit_max_level;
+extern unsigned int tier_resident_ms;
+void tier_abit_arm(struct tier_target *t, struct mm_struct *mm, u32 per_range);
+u64 tier_abit_check(struct tier_target *t, struct mm_struct *mm,
+		    u64 *present, u64 *young);
+void tier_abit_flush(struct mm_struct *mm);
 /* A node's PFN span; @exact: no other memory node's span overlaps it. */
 struct tier_pfn_span {
 	int nid;

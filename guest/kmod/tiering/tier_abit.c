@@ -30,19 +30,22 @@
  *    non-present (swap/migration) entry.  A concurrent plain store by
  *    the kernel under the PTL at worst re-sets the bit: this is exactly
  *    the race the hardware's own atomic A/D updates already have.
- *  - TLB: flush_tlb_mm_range() and flush_tlb_one_user() are not exported,
- *    so there is no single-address flush.  Correctness does not need one:
- *    on x86 a cleared accessed bit with a stale TLB entry is harmless (the
- *    kernel's own ptep_clear_flush_young() skips the flush on x86 for this
- *    reason).  Accuracy does: a CPU only sets the bit when it walks the
- *    page table, so a translation that stays cached would never show up
- *    as young again (measured under QEMU TCG, whose software TLB is large:
- *    no page turned young after the first pass).  tier_abit_flush() thus
- *    does one full flush (__flush_tlb_all(), exported) on every CPU via
- *    IPI after each clear pass: one flush per pass, not per page, at most
- *    every abit_min_window_ms; the other processes pay a TLB refill, as
- *    after a context switch without PCID.  Module parameter abit_tlb_flush
- *    turns it off.
+ *  - TLB: no flush (as DAMON: ptep_test_and_clear_young() without one).
+ *    On x86 a cleared accessed bit with a stale TLB entry is harmless
+ *    (ptep_clear_flush_young() skips the flush on x86 for this reason);
+ *    a translation that stays cached is not seen young again until the
+ *    TLB drops it, which for a working set larger than the TLB's reach
+ *    (the sets worth tiering) happens within microseconds.  A flush on
+ *    every CPU per scan cost the workload most of its throughput under
+ *    shadow paging (Demeter section 2.3 argues the same for EPT).  A
+ *    TLB that outlives the window (QEMU TCG's software TLB, with no VM
+ *    exit to empty it) hides every access, though: the default
+ *    abit_tlb_flush=2 flushes the CPUs that ran the target (mm_cpumask)
+ *    only after a cycle whose samples showed no young page at all; 1
+ *    flushes after every arming, 0 never.
+ *  - Only a sample of pages is cleared and checked each cycle
+ *    (tier_abit_arm(), tier_abit_check(); tier_abit_plan.h says why); the
+ *    full walk (tier_abit_pass()) only reads, for the residency counts.
  *  - The mmap lock is not taken, so the target's page faults are never
  *    delayed by the scanner.
  */
@@ -56,15 +59,17 @@
 #include <asm/tlbflush.h>
 #include "tier.h"
 #include "tier_compat.h"
+#include "tier_abit_plan.h"
 
 static void tier_abit_flush_cpu(void *unused)
 {
 	__flush_tlb_all();
 }
 
-void tier_abit_flush(void)
+/* Flush the TLBs of the CPUs that ran @mm (mm_cpumask), by IPI. */
+void tier_abit_flush(struct mm_struct *mm)
 {
-	on_each_cpu(tier_abit_flush_cpu, NULL, 1);
+	on_each_cpu_mask(mm_cpumask(mm), tier_abit_flush_cpu, NULL, true);
 }
 
 /* What one pass counts; all in base pages (a THP counts 512). */
@@ -78,9 +83,11 @@ struct tier_abit_count {
  * Tell reclaim what the cleared bit said, as DAMON does (mm/damon/
  * ops-common.c, damon_ptep_mkold()): folio_referenced() counts PG_young
  * like a young PTE.  PG_young exists only with CONFIG_PAGE_IDLE_FLAG
- * (Debian 6.12: yes, 6.1: no; there the check pass leaves the bits set,
- * see tier_abit_pass()).  The reference keeps a concurrently freed folio
- * from being flagged; we run with interrupts off, as gup_fast does.
+ * (Debian 6.12: yes, 6.1: no; there only a cycle's sampled pages lose
+ * their bit, and an access in the window sets it again for reclaim to
+ * see: tier_abit_check() only reads).  The reference keeps a
+ * concurrently freed folio from being flagged; we run with interrupts
+ * off, as gup_fast does.
  */
 static void tier_mark_young(unsigned long pfn)
 {
@@ -255,4 +262,165 @@ u64 tier_abit_pass(struct tier_target *t, struct mm_struct *mm, bool record,
 	}
 	*present = pres;
 	return total;
+}
+
+/*
+ * One address: present / young / on the fast node; clears the accessed
+ * bit if @clear (and hands it to reclaim).  Same rules as
+ * tier_abit_chunk(), for one entry.
+ */
+static void tier_abit_probe(struct mm_struct *mm, unsigned long addr,
+			    bool clear, const struct tier_pfn_span *fast,
+			    bool *present, bool *young, bool *on_fast)
+{
+	unsigned long flags;
+	pgd_t *pgdp, pgd;
+	p4d_t *p4dp, p4d;
+	pud_t *pudp, pud;
+	pmd_t *pmdp, pmd;
+	pte_t *ptep, pte;
+
+	*present = false;
+	*young = false;
+	*on_fast = false;
+	local_irq_save(flags);
+	pgdp = pgd_offset(mm, addr);
+	pgd = READ_ONCE(*pgdp);
+	if (pgd_none(pgd) || pgd_bad(pgd))
+		goto out;
+	p4dp = p4d_offset_lockless(pgdp, pgd, addr);
+	p4d = READ_ONCE(*p4dp);
+	if (p4d_none(p4d) || p4d_bad(p4d))
+		goto out;
+	pudp = pud_offset_lockless(p4dp, p4d, addr);
+	pud = READ_ONCE(*pudp);
+	if (pud_none(pud) || !pud_present(pud) || pud_leaf(pud) ||
+	    pud_bad(pud))
+		goto out;
+	pmdp = pmd_offset_lockless(pudp, pud, addr);
+	pmd = tier_pmdp_get_lockless(pmdp);
+	if (pmd_none(pmd) || !pmd_present(pmd))
+		goto out;
+	if (pmd_leaf(pmd)) {
+		*present = true;
+		*on_fast = tier_on_fast(pmd_pfn(pmd), fast);
+		*young = pmd_young(pmd) &&
+			 (!clear || tier_clear_young((unsigned long *)pmdp,
+						     pmd_val(pmd), pmd_pfn(pmd)));
+		goto out;
+	}
+	if (pmd_bad(pmd))
+		goto out;
+	ptep = pte_offset_kernel(&pmd, addr);
+	pte = ptep_get(ptep);
+	if (!pte_present(pte))
+		goto out;
+	*present = true;
+	*on_fast = tier_on_fast(pte_pfn(pte), fast);
+	*young = pte_young(pte) &&
+		 (!clear || tier_clear_young((unsigned long *)ptep,
+					     pte_val(pte), pte_pfn(pte)));
+out:
+	local_irq_restore(flags);
+}
+
+/**
+ * tier_abit_arm() - pick this cycle's sample pages and clear their bits.
+ * @t:		target (tier_lock held).
+ * @mm:		its mm, pinned and loaded by the caller.
+ * @per_range:	samples wanted per range.
+ *
+ * Each range is cut into equal strata (more where little of it is
+ * resident: tier_abit_strata()) and one address is drawn in each, up to
+ * TIER_ABIT_TRIES times until it is present: about @per_range present
+ * pages per range, each standing for resident / stored pages.  Only the
+ * present ones are kept (with their weight), so that tier_abit_check()
+ * reads the same entries even if the classifier splits or merges ranges
+ * in between.  A range with nothing resident is skipped.
+ */
+void tier_abit_arm(struct tier_target *t, struct mm_struct *mm, u32 per_range)
+{
+	struct hrc *c = &t->hrc;
+	u32 k = tier_abit_samples_per_range(c->nr, per_range, t->abit_cap);
+	u32 i, j, n = 0;
+
+	if (WARN_ON_ONCE(current->mm != mm))
+		return;
+	for (i = 0; i < c->nr && n < t->abit_cap; i++) {
+		const struct hrc_range *r = &c->ranges[i];
+		u64 s = r->start, e = r->end, pages = (e - s) >> PAGE_SHIFT;
+		u32 m = tier_abit_strata(pages, r->nr_resident,
+					 c->resident_known, k,
+					 TIER_ABIT_MAX_STRATA_MULT);
+		u32 first = n, tries;
+		u64 w;
+
+		for (j = 0; j < m && n < t->abit_cap; j++) {
+			for (tries = 0; tries < TIER_ABIT_TRIES; tries++) {
+				u64 a = tier_abit_sample_addr(&t->abit_rng, s,
+							      e, j, m);
+				bool present, young, on_fast;
+
+				tier_abit_probe(mm, a, true, &tier_fast_span,
+						&present, &young, &on_fast);
+				if (!present)
+					continue;
+				t->abit_samp[n++].addr = a;
+				break;
+			}
+		}
+		w = tier_abit_present_weight(c->resident_known ?
+					     r->nr_resident : pages, n - first);
+		for (j = first; j < n; j++)
+			t->abit_samp[j].weight = w;
+		if (need_resched())
+			cond_resched();
+	}
+	t->abit_nsamp = n;
+}
+
+/**
+ * tier_abit_check() - read the sample pages' bits and record the young.
+ * @t:		target (tier_lock held).
+ * @mm:		its mm, pinned and loaded by the caller.
+ * @present:	out: sample pages present.
+ * @young:	out: of them, young.
+ *
+ * Only reads: the bits stay set for reclaim.  Each young sample is
+ * recorded at its address with its weight (hrc_record_n()).
+ *
+ * Return: estimated young base pages (sum of the young samples' weights).
+ */
+u64 tier_abit_check(struct tier_target *t, struct mm_struct *mm,
+		    u64 *present, u64 *young)
+{
+	u64 est = 0;
+	u32 i;
+
+	*present = 0;
+	*young = 0;
+	if (WARN_ON_ONCE(current->mm != mm))
+		return 0;
+	for (i = 0; i < t->abit_nsamp; i++) {
+		const struct tier_abit_sample *sp = &t->abit_samp[i];
+		bool p, y, f;
+
+		tier_abit_probe(mm, sp->addr, false, &tier_fast_span, &p, &y,
+				&f);
+		*present += p;
+		if (!y)
+			continue;
+		(*young)++;
+		/* per-tier access counts for the host (tags 0x800d/0x800e) */
+		if (f)
+			tier_fmem_samples += sp->weight;
+		else
+			tier_smem_samples += sp->weight;
+		if (hrc_record_n(&t->hrc, sp->addr, sp->weight))
+			est += sp->weight;
+		if (need_resched())
+			cond_resched();
+	}
+	t->abit_nsamp = 0;
+	return est;
 }

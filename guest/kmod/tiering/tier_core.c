@@ -26,9 +26,11 @@
 #include <linux/nodemask.h>
 #include <linux/ktime.h>
 #include <linux/cgroup.h>
+#include <linux/random.h>
 #include "tier.h"
 #include "tier_policy.h"
 #include "tier_compat.h"
+#include "tier_abit_plan.h"
 
 DEFINE_MUTEX(tier_lock);
 
@@ -44,6 +46,7 @@ char tier_auto_cgrp_path[TIER_CGRP_PATH_MAX];
 int tier_fmem_node = NUMA_NO_NODE, tier_smem_node = NUMA_NO_NODE;
 char tier_pebs_why[TIER_PEBS_WHY_MAX];
 u64 tier_worker_busy_ns, tier_nr_epochs, tier_nr_scans;
+u64 tier_fmem_samples, tier_smem_samples;
 
 /*
  * The FMem node's managed pages above each zone's high watermark, minus
@@ -147,8 +150,12 @@ static void tier_target_free_ranges(struct tier_target *t)
 {
 	kvfree(t->ranges);
 	kvfree(t->order);
+	kvfree(t->abit_samp);
 	t->ranges = NULL;
 	t->order = NULL;
+	t->abit_samp = NULL;
+	t->abit_nsamp = 0;
+	t->abit_cap = 0;
 	memset(&t->hrc, 0, sizeof(t->hrc));
 }
 
@@ -185,6 +192,13 @@ static void tier_target_clear_stats(struct tier_target *t)
 	t->sel_epoch = 0;
 	t->abit_present = 0;
 	t->abit_young = 0;
+	t->arm_ns = 0;
+	t->check_ns = 0;
+	t->resident_ns = 0;
+	t->flush_ns = 0;
+	t->nr_resident_walks = 0;
+	t->nr_flushes = 0;
+	t->nr_stable_epochs = 0;
 	memset(&t->hrc.stats, 0, sizeof(t->hrc.stats));
 }
 
@@ -237,8 +251,13 @@ int tier_target_start(struct tier_target *t, pid_t nr)
 		goto out_mm;
 	t->ranges = kvcalloc(cap, sizeof(*t->ranges), GFP_KERNEL);
 	t->order = kvcalloc(cap, sizeof(*t->order), GFP_KERNEL);
-	if (!t->ranges || !t->order)
+	t->abit_samp = kvcalloc(TIER_ABIT_MAX_SAMPLES, sizeof(*t->abit_samp),
+				GFP_KERNEL);
+	if (!t->ranges || !t->order || !t->abit_samp)
 		goto out_free;
+	t->abit_cap = TIER_ABIT_MAX_SAMPLES;
+	t->abit_nsamp = 0;
+	t->abit_rng = get_random_u64() | 1;
 	tier_params(&p);
 	p.max_ranges = cap;
 	ret = hrc_init(&t->hrc, t->ranges, t->order, cap, &p, iv, n);
@@ -272,11 +291,18 @@ int tier_target_start(struct tier_target *t, pid_t nr)
 	t->last_source = t->source;
 	t->state = TIER_ST_RUNNING;
 	t->started_ns = ktime_get_ns();
-	t->next_epoch_ns = t->started_ns +
-			   (u64)READ_ONCE(tier_split_period_ms) * NSEC_PER_MSEC;
+	t->epoch_period_ns = (u64)READ_ONCE(tier_split_period_ms) *
+			     NSEC_PER_MSEC;
+	t->next_epoch_ns = t->started_ns + t->epoch_period_ns;
 	t->next_scan_ns = t->started_ns;
 	t->abit_armed = false;
+	t->abit_none_young = false;
 	t->window_ms = min(50U, READ_ONCE(tier_scan_interval_ms));
+	t->scan_level = 0;
+	t->next_resident_ns = t->started_ns;
+	t->prev_hot_bytes = 0;
+	t->moved_seen = 0;
+	t->reshaped_seen = 0;
 	mmput(mm);
 	put_task_struct(task);
 	WRITE_ONCE(tier_kick, true);
@@ -297,52 +323,123 @@ out_task:
 
 /* ---- the worker ---- */
 
+#define TIER_ABIT_WARMUP_EPOCHS	4
+
+/* The scan interval with the back-off applied (ms). */
+static u64 tier_abit_interval_ms(const struct tier_target *t)
+{
+	return (u64)READ_ONCE(tier_scan_interval_ms) << t->scan_level;
+}
+
+/*
+ * Residency (read-only walk of every PTE: resident and FMem pages per
+ * range, for the hot-set size, the sampling plan and the agent) once per
+ * resident_ms, or per scan interval when backed off further.  Reading
+ * page tables costs the workload nothing (no write, no flush); it is the
+ * worker's CPU, hence the period.
+ */
+static void tier_abit_resident(struct tier_target *t, struct mm_struct *mm,
+			       u64 now)
+{
+	u64 t0, present = 0;
+
+	if (now < t->next_resident_ns)
+		return;
+	t0 = ktime_get_ns();
+	tier_abit_pass(t, mm, false, false, &tier_fast_span, &present);
+	t->resident_ns += ktime_get_ns() - t0;
+	t->nr_resident_walks++;
+	t->next_resident_ns = now + max_t(u64, READ_ONCE(tier_resident_ms),
+					  tier_abit_interval_ms(t)) *
+				    NSEC_PER_MSEC;
+}
+
+/*
+ * One step of the accessed-bit source.  A cycle: arm (pick sample pages,
+ * clear their bits), wait window_ms, check (read them, record the young
+ * ones), wait for the rest of the interval.  The window adapts so that
+ * the young fraction stays informative (tier_abit_next_window()).
+ */
 static void tier_abit_step(struct tier_target *t, struct mm_struct *mm,
 			   u64 now)
 {
-	u32 ival = READ_ONCE(tier_scan_interval_ms);
-	u64 t0 = ktime_get_ns(), present = 0, young;
+	u64 ival = tier_abit_interval_ms(t);
+	u64 t0 = ktime_get_ns(), t1, young, present = 0, nyoung = 0;
+	u32 flush;
 
-	if (!t->abit_armed && t->window_ms < ival) {
-		/* Clear pass: opens a window of window_ms. */
-		tier_abit_pass(t, mm, false, true, &tier_fast_span, &present);
-		if (READ_ONCE(tier_abit_tlb_flush))
-			tier_abit_flush();
+	if (!t->abit_armed) {
+		tier_abit_resident(t, mm, now);
+		t1 = ktime_get_ns();
+		tier_abit_arm(t, mm, READ_ONCE(tier_abit_samples));
+		t->arm_ns += ktime_get_ns() - t1;
+		flush = READ_ONCE(tier_abit_tlb_flush);
+		if (flush == TIER_FLUSH_ALWAYS ||
+		    (flush == TIER_FLUSH_AUTO && t->abit_none_young)) {
+			t1 = ktime_get_ns();
+			tier_abit_flush(mm);
+			t->flush_ns += ktime_get_ns() - t1;
+			t->nr_flushes++;
+		}
 		t->abit_armed = true;
 		t->cycle_start_ns = now;
 		t->next_scan_ns = now + (u64)t->window_ms * NSEC_PER_MSEC;
 	} else {
-		/*
-		 * The check pass clears too where the cleared bits can be
-		 * handed to reclaim (PG_young): the bits then stay clear in
-		 * the TLB-cached entries until the next clear pass, which so
-		 * finds and clears far fewer (measured: 6x less worker CPU
-		 * under TCG than leaving them set).  Without PG_young (6.1)
-		 * it only reads them, so that reclaim sees the window's
-		 * accesses.  A single pass (window = interval) always clears.
-		 */
-		young = tier_abit_pass(t, mm, true,
-				       TIER_HAVE_PG_YOUNG || !t->abit_armed,
-				       &tier_fast_span, &present);
-		if (!t->abit_armed && READ_ONCE(tier_abit_tlb_flush))
-			tier_abit_flush();	/* single-pass mode */
+		t1 = ktime_get_ns();
+		young = tier_abit_check(t, mm, &present, &nyoung);
+		t->check_ns += ktime_get_ns() - t1;
 		t->nr_samples += young;
 		t->epoch_samples += young;
 		t->abit_present = present;
-		t->abit_young = young;
+		t->abit_young = nyoung;
+		t->abit_none_young = present && !nyoung;
 		t->nr_scans++;
 		tier_nr_scans++;
-		t->next_scan_ns = (t->abit_armed ? t->cycle_start_ns : now) +
-				  (u64)ival * NSEC_PER_MSEC;
 		t->abit_armed = false;
-		t->window_ms = tier_abit_next_window(t->window_ms, young,
+		t->next_scan_ns = t->cycle_start_ns + ival * NSEC_PER_MSEC;
+		if (t->next_scan_ns <= now)
+			t->next_scan_ns = now;
+		/* the window never exceeds the base interval: contrast */
+		t->window_ms = tier_abit_next_window(t->window_ms, nyoung,
 						     present,
 						     READ_ONCE(tier_abit_young_lo_pct),
 						     READ_ONCE(tier_abit_young_hi_pct),
-						     min(READ_ONCE(tier_abit_min_window_ms), ival),
-						     ival);
+						     min(READ_ONCE(tier_abit_min_window_ms),
+							 READ_ONCE(tier_scan_interval_ms)),
+						     READ_ONCE(tier_scan_interval_ms));
 	}
 	t->scan_ns += ktime_get_ns() - t0;
+}
+
+/*
+ * After an epoch: back off while stable (nothing moved and few ranges
+ * split or merged since the last epoch, hot set the same size), back to
+ * the base rate on any change.
+ */
+static void tier_abit_backoff(struct tier_target *t, u64 now)
+{
+	u64 moved = t->reloc_promoted + t->reloc_demoted;
+	u64 reshaped = t->hrc.stats.nr_splits + t->hrc.stats.nr_merges;
+	u64 d_reshaped = reshaped - t->reshaped_seen;
+	u64 changes = tier_abit_changes(moved - t->moved_seen, d_reshaped,
+					t->hrc.nr);
+	/* the first epochs only warm the classifier up: no back-off yet */
+	bool stable = t->hrc.epoch >= TIER_ABIT_WARMUP_EPOCHS &&
+		      tier_abit_epoch_stable(t->prev_hot_bytes, t->hot_bytes,
+					     changes);
+	u32 lvl = tier_abit_next_level(t->scan_level, stable,
+				       READ_ONCE(tier_abit_max_level));
+
+	t->nr_stable_epochs += stable;
+	t->moved_seen = moved;
+	t->reshaped_seen = reshaped;
+	t->prev_hot_bytes = t->hot_bytes;
+	if (lvl < t->scan_level) {
+		/* a change: scan and measure residency again at once */
+		t->next_resident_ns = now;
+		if (!t->abit_armed)
+			t->next_scan_ns = now;
+	}
+	t->scan_level = lvl;
 }
 
 /*
@@ -397,11 +494,20 @@ static void tier_epoch(struct tier_target *t, u64 now)
 	t->sel_epoch = t->hrc.epoch;
 
 	period = (u64)READ_ONCE(tier_split_period_ms) * NSEC_PER_MSEC;
-	elapsed = now - (t->next_epoch_ns - period);
+	elapsed = now - (t->next_epoch_ns - t->epoch_period_ns);
 	if (elapsed)
 		t->last_rate = div64_u64(t->epoch_samples * NSEC_PER_SEC,
 					 elapsed);
 	t->epoch_samples = 0;
+	if (t->source == TIER_SRC_ABIT) {
+		/*
+		 * An epoch decays the counts: with scans backed off it must
+		 * not outrun them, or hot ranges would fade between scans.
+		 */
+		tier_abit_backoff(t, now);
+		period = max(period, tier_abit_interval_ms(t) * NSEC_PER_MSEC);
+	}
+	t->epoch_period_ns = period;
 	t->next_epoch_ns += period;
 	if (t->next_epoch_ns <= now)
 		t->next_epoch_ns = now + period;

@@ -40,9 +40,10 @@ unsigned int tier_auto_rss_mb;		/* 0 = no automatic targets */
 bool tier_follow_children = true;
 module_param_named(follow_children, tier_follow_children, bool, 0644);
 MODULE_PARM_DESC(follow_children, "manage the children a target forks as targets of their own");
-bool tier_abit_tlb_flush = true;
-module_param_named(abit_tlb_flush, tier_abit_tlb_flush, bool, 0644);
-MODULE_PARM_DESC(abit_tlb_flush, "accessed-bit source: flush TLBs after a clear pass");
+unsigned int tier_abit_tlb_flush = TIER_FLUSH_AUTO;
+unsigned int tier_abit_samples = 32;	/* per range and cycle */
+unsigned int tier_abit_max_level = 4;	/* back-off up to 16x */
+unsigned int tier_resident_ms = 2000;	/* residency walk period */
 unsigned int tier_pebs_ldlat = 64;		/* ns */
 unsigned int tier_pebs_load_period = 4093;
 unsigned int tier_pebs_store_period = 65535;
@@ -81,6 +82,14 @@ TIER_UINT_PARAM(abit_young_lo_pct, tier_abit_young_lo_pct, 0, 100,
 		"accessed-bit source: widen the window below this young %");
 TIER_UINT_PARAM(abit_young_hi_pct, tier_abit_young_hi_pct, 1, 100,
 		"accessed-bit source: narrow the window above this young %");
+TIER_UINT_PARAM(abit_tlb_flush, tier_abit_tlb_flush, 0, 2,
+		"accessed-bit source: flush the target's CPUs' TLBs after arming: 0 never (as DAMON), 1 every cycle, 2 only after a cycle that saw no young sample");
+TIER_UINT_PARAM(abit_samples, tier_abit_samples, 1, 4096,
+		"accessed-bit source: sample pages per range and cycle");
+TIER_UINT_PARAM(abit_max_level, tier_abit_max_level, 0, 8,
+		"accessed-bit source: back off up to 2^N x the scan interval while stable");
+TIER_UINT_PARAM(resident_ms, tier_resident_ms, 100, 600000,
+		"accessed-bit source: read-only residency walk period (ms, times the back-off)");
 TIER_UINT_PARAM(fmem_capacity_mb, tier_fmem_capacity_mb, 0, 1U << 30,
 		"FMem capacity for the hot sets (MiB; 0 = the node above its watermarks, minus the balloon)");
 TIER_UINT_PARAM(auto_rss_mb, tier_auto_rss_mb, 0, 1U << 30,

@@ -115,6 +115,14 @@ static ssize_t stats_show(struct kobject *k, struct kobj_attribute *a,
 		t->nr_hot, t->hot_bytes, t->nr_promo, t->nr_demo,
 		t->reloc_promoted, t->reloc_demoted, t->reloc_failed,
 		t->reloc_rounds, t->auto_added, t->parent_nr, t->fmem_share);
+	/* where the accessed-bit source's time goes (ns), and its back-off */
+	len += sysfs_emit_at(buf, len,
+		"arm_ns %llu\ncheck_ns %llu\nresident_ns %llu\nflush_ns %llu\n"
+		"resident_walks %llu\nflushes %llu\nscan_level %u\n"
+		"stable_epochs %llu\nepoch_period_ms %llu\n",
+		t->arm_ns, t->check_ns, t->resident_ns, t->flush_ns,
+		t->nr_resident_walks, t->nr_flushes, t->scan_level,
+		t->nr_stable_epochs, t->epoch_period_ns / NSEC_PER_MSEC);
 	for (i = 0; i < TIER_NR_VERDICTS; i++)
 		len += sysfs_emit_at(buf, len, "pebs_%s %llu\n", vnames[i],
 				     tier_counter_read(&t->verdicts[i]));
@@ -405,11 +413,13 @@ static ssize_t global_stats_show(struct kobject *k, struct kobj_attribute *a,
 		"worker_pid %d\nworker_cpu_ns %llu\nworker_busy_ns %llu\n"
 		"targets %u\nrunning %u\nsamples %llu\nsample_rate %llu\n"
 		"epochs %llu\nscans %llu\nfmem_node %d\nsmem_node %d\n"
-		"fmem_capacity_pages %llu\npebs %s\n",
+		"fmem_capacity_pages %llu\npebs %s\n"
+		"fmem_samples %llu\nsmem_samples %llu\n",
 		wpid, cpu_ns, tier_worker_busy_ns, tier_nr_targets, running,
 		samples, rate, tier_nr_epochs, tier_nr_scans, tier_fmem_node,
 		tier_smem_node, tier_fmem_capacity_pages(),
-		tier_pebs_ok ? "available" : "unavailable");
+		tier_pebs_ok ? "available" : "unavailable",
+		tier_fmem_samples, tier_smem_samples);
 	mutex_unlock(&tier_lock);
 	return len;
 }

@@ -35,6 +35,8 @@ int main(int argc, char **argv)
 	run_table(hrc_basic_tests, hrc_nr_basic_tests, filter, &pass, &fail);
 	run_table(hrc_resident_tests, hrc_nr_resident_tests, filter, &pass,
 		  &fail);
+	run_table(hrc_abit_plan_tests, hrc_nr_abit_plan_tests, filter, &pass,
+		  &fail);
 	run_table(hrc_capacity_tests, hrc_nr_capacity_tests, filter, &pass,
 		  &fail);
 	run_table(hrc_perf_ring_tests, hrc_nr_perf_ring_tests, filter, &pass,

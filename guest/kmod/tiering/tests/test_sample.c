@@ -178,6 +178,32 @@ static void abit_window_tracks_young_fraction(void)
 	CHECK_EQ(tier_abit_next_window(40, 0, 0, 2, 15, 5, 500), 40);
 }
 
+/*
+ * Sampling noise: cold ranges whose estimates differ by chance must not
+ * be swapped.  A partner counts as at least the demote list's mean
+ * density, and a range must qualify in two rounds in a row.
+ */
+static void reloc_hysteresis_ignores_noise(void)
+{
+	/* demote list: 3 cold ranges, one estimated 0 by chance */
+	double dd[3] = { 0, 1, 2 }, sz[3] = { 1 << 21, 1 << 21, 1 << 22 };
+	unsigned long ps[2] = { 0x1000, 0x9000 }, pe[2] = { 0x1fff, 0x9fff };
+	double floor = reloc_density_floor(dd, sz, 3);
+
+	CHECK(floor > 1.24 && floor < 1.26);	/* (0 + 1 + 2 * 2) / 4 */
+	CHECK_EQ(reloc_density_floor(dd, sz, 0), 0);
+	/* a cold range estimated at 2: beats the zero partner, not the mean */
+	CHECK(reloc_pair_worthwhile(2, 0, 200));
+	CHECK(!reloc_pair_worthwhile(2, floor, 200));
+	/* a hot range (10x) beats both */
+	CHECK(reloc_pair_worthwhile(12.5 + 0.1, floor, 200));
+	/* persistence: overlap with last round's qualifiers */
+	CHECK(reloc_persists(0x1800, 0x27ff, ps, pe, 2));
+	CHECK(reloc_persists(0x9fff, 0xafff, ps, pe, 2));
+	CHECK(!reloc_persists(0x2000, 0x8fff, ps, pe, 2));
+	CHECK(!reloc_persists(0x1000, 0x1fff, ps, pe, 0));
+}
+
 static void reloc_plan_is_balanced(void)
 {
 	size_t p, d, hl;
@@ -261,6 +287,7 @@ const struct hrc_test hrc_sample_tests[] = {
 	HRC_TEST(pebs_stream_finds_hot_spot),
 	HRC_TEST(abit_window_tracks_young_fraction),
 	HRC_TEST(reloc_plan_is_balanced),
+	HRC_TEST(reloc_hysteresis_ignores_noise),
 	HRC_TEST(cpu_budget_limits_moves),
 };
 const unsigned int hrc_nr_sample_tests =

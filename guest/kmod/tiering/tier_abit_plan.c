@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Accessed-bit sampling plan and scan back-off; see tier_abit_plan.h.
+ */
+#include "tier_abit_plan.h"
+
+u32 tier_abit_samples_per_range(u32 nr_ranges, u32 want, u32 cap)
+{
+	u32 k = want ? want : 1;
+
+	if (nr_ranges && (u64)nr_ranges * k > cap)
+		k = cap / nr_ranges;
+	return k ? k : 1;
+}
+
+u32 tier_abit_range_samples(u64 start, u64 end, u32 k)
+{
+	u64 pages = end > start ? (end - start) >> HRC_PAGE_SHIFT : 0;
+
+	return pages < k ? (u32)pages : k;
+}
+
+u64 tier_abit_sample_weight(u64 start, u64 end, u32 k)
+{
+	u64 pages = end > start ? (end - start) >> HRC_PAGE_SHIFT : 0;
+	u32 n = tier_abit_range_samples(start, end, k);
+
+	return n && pages / n ? pages / n : 1;
+}
+
+u32 tier_abit_strata(u64 pages, u64 resident, bool known, u32 k,
+		     u32 max_mult)
+{
+	u64 n = k, mult;
+
+	if (known) {
+		if (!resident)
+			return 0;
+		mult = (pages + resident - 1) / resident;
+		if (mult > max_mult)
+			mult = max_mult;
+		n = (u64)k * (mult ? mult : 1);
+	}
+	return n < pages ? (u32)n : (u32)pages;
+}
+
+u64 tier_abit_present_weight(u64 pages, u32 stored)
+{
+	return stored && pages / stored ? pages / stored : 1;
+}
+
+static u64 tier_xorshift64(u64 *s)
+{
+	u64 x = *s ? *s : 0x9e3779b97f4a7c15ULL;
+
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	*s = x;
+	return x;
+}
+
+u64 tier_abit_sample_addr(u64 *rng, u64 start, u64 end, u32 i, u32 k)
+{
+	u64 pages = end > start ? (end - start) >> HRC_PAGE_SHIFT : 0;
+	u64 lo, hi;
+
+	if (!pages || !k)
+		return start;
+	if (i >= k)
+		i = k - 1;
+	/* stratum i: pages [pages*i/k, pages*(i+1)/k) */
+	lo = pages * i / k;
+	hi = pages * (i + 1) / k;
+	if (hi <= lo)
+		hi = lo + 1;
+	return start + ((lo + tier_xorshift64(rng) % (hi - lo)) <<
+			HRC_PAGE_SHIFT);
+}
+
+bool tier_abit_epoch_stable(u64 prev_hot_bytes, u64 hot_bytes, u64 moved)
+{
+	u64 d = hot_bytes > prev_hot_bytes ? hot_bytes - prev_hot_bytes :
+					     prev_hot_bytes - hot_bytes;
+
+	return !moved && d * 8 <= prev_hot_bytes;
+}
+
+u64 tier_abit_changes(u64 moved, u64 reshaped, u32 nr_ranges)
+{
+	return moved + (reshaped * 4 >= nr_ranges ? reshaped : 0);
+}
+
+u32 tier_abit_next_level(u32 level, bool stable, u32 max_level)
+{
+	if (!stable)
+		return 0;
+	return level < max_level ? level + 1 : max_level;
+}
