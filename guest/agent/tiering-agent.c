@@ -570,7 +570,38 @@ struct target_state {
 	long long last_epoch;
 	unsigned int backoff;	/* epochs between rounds (1..8) */
 	struct skipcache promo_skip, demo_skip;
+	/* promote intervals that qualified last round (reloc_persists) */
+	unsigned long q_start[MAX_IV], q_end[MAX_IV];
+	size_t nq;
 };
+
+/*
+ * Keep the promote intervals (in their order, hottest first) that are
+ * alpha times denser than the demote list's mean and qualified in the
+ * previous round too; remember this round's qualifiers.  Returns how many
+ * are kept.  Hysteresis against sampling noise (reloc.h).
+ */
+static int filter_promo(struct iv *p, int n, double floor,
+			unsigned long alpha_pct, struct target_state *ts)
+{
+	unsigned long qs[MAX_IV], qe[MAX_IV];
+	size_t nq = 0;
+	int i, keep = 0;
+
+	for (i = 0; i < n; i++) {
+		if (!reloc_pair_worthwhile(p[i].density, floor, alpha_pct))
+			continue;
+		qs[nq] = p[i].start;
+		qe[nq++] = p[i].end;
+		if (reloc_persists(p[i].start, p[i].end, ts->q_start,
+				   ts->q_end, ts->nq))
+			p[keep++] = p[i];
+	}
+	memcpy(ts->q_start, qs, nq * sizeof(qs[0]));
+	memcpy(ts->q_end, qe, nq * sizeof(qe[0]));
+	ts->nq = nq;
+	return keep;
+}
 
 /*
  * One relocation round for target slot @ti:
@@ -578,8 +609,11 @@ struct target_state {
  *     first @headroom of them need no partner; every further one needs a
  *     demotion partner, pulled on demand from the demote intervals
  *     (coldest first, pages in FMem), and is taken only if its range is
- *     alpha times denser than the partner's (reloc_worthwhile rule); the
- *     first failure ends the walk, so only worthwhile pages are queried;
+ *     alpha times denser than the partner's (reloc_worthwhile rule) and
+ *     than the demote list's mean, and only if its range qualified the
+ *     round before too (filter_promo(): hysteresis against sampling
+ *     noise); the first failure ends the walk, so only worthwhile pages
+ *     are queried;
  *  2. move in batches: demote a batch first, then promote as many as
  *     left FMem plus what the headroom allows (reloc_batch).
  */
@@ -590,6 +624,8 @@ static void round_one(int ti, int fmem, int smem, struct target_state *ts,
 		      struct cpu_budget *cb)
 {
 	static struct iv promo_iv[MAX_IV], demo_iv[MAX_IV], vma[MAX_VMAS];
+	static double dsz[MAX_IV], dden[MAX_IV];
+	double floor_d;
 	struct pagelist pro = { 0 }, dem = { 0 };
 	size_t budget = opt_scan_cap, np, nd, i, hl, hl0, failed = 0;
 	size_t promoted = 0, demoted = 0;
@@ -626,6 +662,12 @@ static void round_one(int ti, int fmem, int smem, struct target_state *ts,
 	if (ts->last_epoch >= 0 && ep < ts->last_epoch + (long long)ts->backoff)
 		goto out;
 	ts->last_epoch = ep;
+	for (i = 0; i < (size_t)ndi; i++) {
+		dsz[i] = (double)(demo_iv[i].end - demo_iv[i].start + 1);
+		dden[i] = demo_iv[i].density;
+	}
+	floor_d = reloc_density_floor(dden, dsz, (size_t)ndi);
+	npi = filter_promo(promo_iv, npi, floor_d, alpha_pct, ts);
 	nv = read_vmas(pid, vma, MAX_VMAS);
 	if (nv <= 0)
 		goto out;
@@ -657,7 +699,10 @@ static void round_one(int ti, int fmem, int smem, struct target_state *ts,
 				pl_push(&dem, dp, dd);
 			if (dem.n <= j)
 				break;
-			if (!reloc_pair_worthwhile(d, dem.dens[j], alpha_pct))
+			/* a partner is at least as dense as the cold mean */
+			if (!reloc_pair_worthwhile(d, dem.dens[j] > floor_d ?
+						   dem.dens[j] : floor_d,
+						   alpha_pct))
 				break;
 		}
 		pl_push(&pro, pg, d);
@@ -780,9 +825,17 @@ enum {
 	TAG_EPOCHS,		/* module: classifier epochs */
 	TAG_AGENT_CPU_NS,	/* this agent's CPU time */
 	TAG_KERNEL_CPU_NS,	/* module worker's CPU time */
+	TAG_FMEM_ACCESSES,	/* module: sampled accesses to FMem pages */
+	TAG_SMEM_ACCESSES,	/* module: sampled accesses to SMem pages */
 };
 
-#define NUMA_REFRESH_MS	1000	/* numa_maps walks at most once a second */
+/*
+ * numa_maps walks every PTE of the target, like the module's residency
+ * walk, which measured ~0.1 s of CPU per 640 MiB under nested TCG
+ * (tiering-gups, resident_ns / resident_walks): once a second that would
+ * be ~10 % of a vCPU on its own.
+ */
+#define NUMA_REFRESH_MS	10000	/* numa_maps walks at most every 10 s */
 
 struct report_state {
 	int disabled;		/* the driver refused a report: stop trying */
@@ -838,7 +891,7 @@ static void report_to_host(const struct agent_stats *as, int fmem, int smem,
 	len = snprintf(buf, sizeof(buf),
 		       "%d %llu\n%d %llu\n%d %llu\n%d %llu\n%d %llu\n"
 		       "%d %llu\n%d %llu\n%d %llu\n%d %llu\n%d %llu\n"
-		       "%d %llu\n%d %llu\n%d %llu\n",
+		       "%d %llu\n%d %llu\n%d %llu\n%d %llu\n%d %llu\n",
 		       TAG_TARGETS, running,
 		       TAG_FMEM_PAGES, rs->fmem_pages,
 		       TAG_SMEM_PAGES, rs->smem_pages,
@@ -853,7 +906,11 @@ static void report_to_host(const struct agent_stats *as, int fmem, int smem,
 		       TAG_EPOCHS, (unsigned long long)stat_nonneg(g, "epochs"),
 		       TAG_AGENT_CPU_NS, self_cpu_ns(),
 		       TAG_KERNEL_CPU_NS,
-		       (unsigned long long)stat_nonneg(g, "worker_cpu_ns"));
+		       (unsigned long long)stat_nonneg(g, "worker_cpu_ns"),
+		       TAG_FMEM_ACCESSES,
+		       (unsigned long long)stat_nonneg(g, "fmem_samples"),
+		       TAG_SMEM_ACCESSES,
+		       (unsigned long long)stat_nonneg(g, "smem_samples"));
 	if (len <= 0 || (size_t)len >= sizeof(buf))
 		return;
 	fd = open(GUEST_REPORT, O_WRONLY);

@@ -12,6 +12,8 @@ use tier_policy::daemon::config::Config;
 use tier_policy::daemon::profile::{sweep, Sweep};
 use tier_policy::daemon::vmm::Vmm;
 use tier_policy::daemon::{metrics, read_status, Daemon};
+use tier_policy::policies::mtat::BUILTIN_MODEL_NAME;
+use tier_policy::policies::{Mtat, MtatConfig};
 use tier_policy::profile::ProfileFile;
 use tier_policy::sim::{paper_scenario, LoadTrace, SimConfig, Simulator};
 use tier_policy::train::pretrain;
@@ -135,10 +137,17 @@ fn run_daemon(config: PathBuf, policy: Option<String>, cycles: Option<u64>) -> R
         cfg.policy = p;
     }
     let model = cfg.model.clone();
-    if cfg.policy == "mtat" && model.is_none() {
-        log::warn!("mtat without host.model: the LC agent starts untrained (the guard still protects the SLO)");
-    }
-    let policy = make_policy(&cfg.policy, model.as_deref(), cfg.unit_bytes)?;
+    let policy = if cfg.policy == "mtat" && model.is_none() {
+        log::info!("mtat without host.model: the LC agent is the {BUILTIN_MODEL_NAME}");
+        let mtat = Mtat::builtin(MtatConfig {
+            unit_bytes: cfg.unit_bytes,
+            ..Default::default()
+        })
+        .map_err(|e| e.to_string())?;
+        Box::new(mtat)
+    } else {
+        make_policy(&cfg.policy, model.as_deref(), cfg.unit_bytes)?
+    };
     let listen = cfg.metrics_listen.clone();
     let interval = cfg.interval_s;
     install_signal_handlers();

@@ -216,7 +216,36 @@ impl Sac {
             path: path.display().to_string(),
             reason: e.to_string(),
         })?;
-        for v in sac.vars.all_vars() {
+        sac.check_finite(&path.display().to_string())?;
+        Ok(sac)
+    }
+
+    /// Loads every network from a safetensors image in memory (`what`
+    /// names it in errors), e.g. the model built into the binary.
+    pub fn load_bytes(cfg: SacConfig, bytes: &[u8], what: &str) -> Result<Self, SacError> {
+        let mut sac = Self::new(cfg)?;
+        let err = |reason: String| SacError::Load {
+            path: what.to_string(),
+            reason,
+        };
+        let tensors = candle_core::safetensors::load_buffer(bytes, &sac.dev)
+            .map_err(|e| err(e.to_string()))?;
+        let names: Vec<String> = match sac.vars.data().lock() {
+            Ok(d) => d.keys().cloned().collect(),
+            Err(p) => p.into_inner().keys().cloned().collect(),
+        };
+        for name in names {
+            let t = tensors
+                .get(&name)
+                .ok_or_else(|| err(format!("no tensor {name}")))?;
+            sac.vars.set_one(&name, t).map_err(|e| err(e.to_string()))?;
+        }
+        sac.check_finite(what)?;
+        Ok(sac)
+    }
+
+    fn check_finite(&self, what: &str) -> Result<(), SacError> {
+        for v in self.vars.all_vars() {
             let finite = v
                 .as_tensor()
                 .flatten_all()?
@@ -225,12 +254,12 @@ impl Sac {
                 .all(|x| x.is_finite());
             if !finite {
                 return Err(SacError::Load {
-                    path: path.display().to_string(),
+                    path: what.to_string(),
                     reason: "non-finite weights".into(),
                 });
             }
         }
-        Ok(sac)
+        Ok(())
     }
 
     /// Saves every network (safetensors).
@@ -447,6 +476,31 @@ mod tests {
         assert!(other.is_err(), "a model of another size must be refused");
         std::fs::write(&path, b"not a model").unwrap();
         assert!(Sac::load(SacConfig::default(), &path).is_err());
+    }
+
+    #[test]
+    fn load_bytes_matches_the_file_and_refuses_bad_images() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.safetensors");
+        let mut sac = Sac::new(SacConfig {
+            seed: 7,
+            ..SacConfig::default()
+        })
+        .unwrap();
+        sac.save(&path).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let mut from_bytes = Sac::load_bytes(SacConfig::default(), &bytes, "test").unwrap();
+        let s = [0.3f32, 0.2, 0.7];
+        assert_eq!(
+            sac.act(s, false).unwrap(),
+            from_bytes.act(s, false).unwrap()
+        );
+        assert!(Sac::load_bytes(SacConfig::default(), b"not a model", "junk").is_err());
+        let small = SacConfig {
+            hidden: 8,
+            ..SacConfig::default()
+        };
+        assert!(Sac::load_bytes(small, &bytes, "test").is_err());
     }
 
     #[test]

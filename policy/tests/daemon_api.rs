@@ -65,6 +65,19 @@ fn start_vmm(
     hetero: bool,
     ledger: Arc<Mutex<Ledger>>,
 ) -> FakeVmm {
+    start_vmm_at_rate(name, sock, tier, balloon, hetero, ledger, RATE)
+}
+
+/// A fake VMM whose guest moves the balloon at `rate` bytes/s (0: stuck).
+fn start_vmm_at_rate(
+    name: &str,
+    sock: &Path,
+    tier: u64,
+    balloon: u64,
+    hetero: bool,
+    ledger: Arc<Mutex<Ledger>>,
+    rate: f64,
+) -> FakeVmm {
     let _ = std::fs::remove_file(sock);
     let (tx, rx) = channel().unwrap();
     let kill = EventFd::new(libc::EFD_NONBLOCK).unwrap();
@@ -88,7 +101,7 @@ fn start_vmm(
             // The guest moves the balloon towards the target.
             let dt = last.elapsed().as_secs_f64();
             last = Instant::now();
-            let step = RATE * dt;
+            let step = rate * dt;
             actual = if actual < target {
                 (actual + step).min(target)
             } else {
@@ -261,6 +274,120 @@ fn keeps_the_budget_slices_and_donors_first_through_the_api() {
     for v in vmms {
         v.shutdown();
     }
+}
+
+#[test]
+fn an_abandoned_slice_is_in_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("socks")).unwrap();
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    // a holds 3 GiB and must give 1 GiB to b, but its guest never moves
+    // the balloon: the shrink times out and the plan is dropped.
+    let a = start_vmm_at_rate(
+        "a",
+        &sock(dir.path(), "a"),
+        4 * GIB,
+        GIB,
+        true,
+        ledger.clone(),
+        0.0,
+    );
+    let b = start_vmm(
+        "b",
+        &sock(dir.path(), "b"),
+        4 * GIB,
+        3 * GIB,
+        true,
+        ledger.clone(),
+    );
+    let text = format!(
+        "[host]\nfmem_budget = \"4G\"\nunit = \"256M\"\ninterval_s = 1\np_max = \"1G\"\nsocket_dir = \"{}\"\nstate_dir = \"{}\"\nresize_timeout_s = 1\npolicy = \"static\"\n",
+        dir.path().join("socks").display(),
+        dir.path().join("state").display()
+    );
+    let cfg = Config::parse(&text, dir.path()).unwrap();
+    let mut d = Daemon::new(cfg, Box::new(StaticSplit), &STOP).unwrap();
+    d.cycle();
+    d.cycle();
+    let log = log_lines(dir.path());
+    let decision = log.iter().find(|e| e["event"] == "decision").unwrap();
+    assert!(
+        decision["outcome"].as_str().unwrap().starts_with("replan"),
+        "{decision}"
+    );
+    // Every resize a VMM received is in the log's slices.
+    let slices = decision["slices"].as_array().unwrap();
+    let logged: Vec<(String, u64)> = slices
+        .iter()
+        .flat_map(|s| {
+            let mut v = s["shrink"].as_array().unwrap().clone();
+            v.extend(s["grow"].as_array().unwrap().iter().cloned());
+            v
+        })
+        .map(|e| {
+            (
+                e[0].as_str().unwrap().to_string(),
+                e[1].as_u64().unwrap() * (256 << 20),
+            )
+        })
+        .collect();
+    let resizes = ledger.lock().unwrap().resizes.clone();
+    assert!(!resizes.is_empty());
+    for (vm, _, new) in &resizes {
+        assert!(
+            logged.contains(&(vm.clone(), *new)),
+            "{vm} -> {new} was asked of the VMM but is not in the log: {decision}"
+        );
+    }
+    assert_eq!(slices.last().unwrap()["reached"], false);
+    a.shutdown();
+    b.shutdown();
+}
+
+#[test]
+fn a_share_between_units_counts_as_the_larger_unit() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("socks")).unwrap();
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    // a holds 11.5 units of 256 MiB (its whole tier), b 4; budget 16.
+    // Static keeps a at its minimum of 11 and gives b 5: that only fits
+    // once a has given back its half unit, so the plan must shrink a
+    // first. Seen as 11 units (rounded down), a would not be asked, and
+    // b's growth would be refused by the budget check at every interval.
+    let a = start_vmm(
+        "a",
+        &sock(dir.path(), "a"),
+        2944 << 20,
+        0,
+        true,
+        ledger.clone(),
+    );
+    let b = start_vmm(
+        "b",
+        &sock(dir.path(), "b"),
+        4 * GIB,
+        3 * GIB,
+        true,
+        ledger.clone(),
+    );
+    let cfg = config(
+        dir.path(),
+        "4G",
+        "[[vm]]\nname = \"a\"\nmin = \"2816M\"\n[[vm]]\nname = \"b\"\n",
+    );
+    let mut d = Daemon::new(cfg, Box::new(StaticSplit), &STOP).unwrap();
+    d.cycle();
+    d.cycle();
+    let log = log_lines(dir.path());
+    let decision = log.iter().find(|e| e["event"] == "decision").unwrap();
+    assert_eq!(decision["outcome"], "done", "{decision}");
+    let l = ledger.lock().unwrap();
+    assert_eq!(l.held["a"], 11 * (256 << 20));
+    assert_eq!(l.held["b"], 5 * (256 << 20));
+    assert!(l.max_sum <= 4 * GIB, "Σ FMem held reached {}", l.max_sum);
+    drop(l);
+    a.shutdown();
+    b.shutdown();
 }
 
 #[test]

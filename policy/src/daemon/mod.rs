@@ -296,7 +296,11 @@ impl Daemon {
                     access_scale: tr.cfg.access_scale,
                 },
                 obs: VmObservation {
-                    share_units: share / unit,
+                    // Rounded up: a VM whose balloon stopped between two
+                    // units holds part of the upper one, and a plan that
+                    // saw it at the lower one would never ask it to shrink
+                    // and find every growth refused by the budget.
+                    share_units: share.div_ceil(unit),
                     p99_ms: p99,
                     fmem_usage_ratio: usage_ratio,
                     fmem_access_ratio: access_ratio,
@@ -490,17 +494,26 @@ impl Daemon {
                     moved += s.share_bytes().saturating_sub(units * self.cfg.unit_bytes);
                 }
             }
+            // A slice that stops half-way is logged too, with what was
+            // asked of the VMMs: the log must explain every target they hold.
+            let abandoned = |d: &mut Self, out: &mut Vec<serde_json::Value>| {
+                out.push(json!({
+                    "shrink": sl.shrink, "grow": [], "elapsed_s": t0.elapsed().as_secs_f64(),
+                    "committed_bytes": d.committed(), "reached": false,
+                }));
+            };
             if let Err(e) = self.resize_all(&sl.shrink) {
+                abandoned(self, &mut out);
                 return (out, format!("replan: slice {k} shrink failed: {e}"));
             }
             if !self.wait_reached(&sl.shrink) {
-                return (
-                    out,
-                    format!(
-                        "replan: slice {k} shrink did not finish in {} s",
-                        self.cfg.resize_timeout_s
-                    ),
-                );
+                abandoned(self, &mut out);
+                let why = if self.stop.load(Ordering::Relaxed) {
+                    "the daemon is stopping".to_string()
+                } else {
+                    format!("did not finish in {} s", self.cfg.resize_timeout_s)
+                };
+                return (out, format!("replan: slice {k} shrink {why}"));
             }
             let growth: u64 = sl
                 .grow
@@ -517,6 +530,10 @@ impl Daemon {
                 return (out, format!("replan: slice {k} growth of {growth} bytes would exceed the budget (held {committed})"));
             }
             if let Err(e) = self.resize_all(&sl.grow) {
+                out.push(json!({
+                    "shrink": sl.shrink, "grow": sl.grow, "elapsed_s": t0.elapsed().as_secs_f64(),
+                    "committed_bytes": self.committed(), "reached": false,
+                }));
                 return (out, format!("replan: slice {k} grow failed: {e}"));
             }
             let sum_after_grow_request = self.committed();

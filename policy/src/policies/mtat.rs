@@ -20,6 +20,12 @@ use crate::sac::{Sac, SacConfig, SacError, Transition, STATE_DIM};
 /// Violations in a row that trigger the guard.
 pub const GUARD_VIOLATIONS: u32 = 2;
 
+/// The pretrained LC agent shipped with the crate, built into the binary so
+/// that the daemon needs no model file (a host, the testbed's L1).
+pub const BUILTIN_MODEL: &[u8] = include_bytes!("../../models/lc-sac.safetensors");
+/// How [`BUILTIN_MODEL`] is named in logs and errors.
+pub const BUILTIN_MODEL_NAME: &str = "built-in policy/models/lc-sac.safetensors";
+
 /// Configuration of the `mtat` policy.
 #[derive(Clone, Debug)]
 pub struct MtatConfig {
@@ -100,6 +106,13 @@ impl Mtat {
     /// A policy whose agent is loaded from a saved model.
     pub fn load(cfg: MtatConfig, model: &Path) -> Result<Self, SacError> {
         let agent = Sac::load(cfg.sac.clone(), model)?;
+        Ok(Self::with_agent(cfg, agent))
+    }
+
+    /// A policy whose agent is the model built into the binary
+    /// ([`BUILTIN_MODEL`]).
+    pub fn builtin(cfg: MtatConfig) -> Result<Self, SacError> {
+        let agent = Sac::load_bytes(cfg.sac.clone(), BUILTIN_MODEL, BUILTIN_MODEL_NAME)?;
         Ok(Self::with_agent(cfg, agent))
     }
 
@@ -349,6 +362,22 @@ mod tests {
             max_step_units: 6,
             vms,
         }
+    }
+
+    #[test]
+    fn the_builtin_model_is_the_shipped_file() {
+        let cfg = MtatConfig {
+            unit_bytes: 1 << 30,
+            ..Default::default()
+        };
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/lc-sac.safetensors");
+        let mut from_file = Mtat::load(cfg.clone(), &path).unwrap();
+        let mut builtin = Mtat::builtin(cfg).unwrap();
+        let v = view(vec![lc("lc", 8, Some(5.0)), be("be", 20, 0.5)]);
+        let a = from_file.decide(&v).unwrap();
+        let b = builtin.decide(&v).unwrap();
+        assert_eq!(a.targets, b.targets);
     }
 
     #[test]
