@@ -1,0 +1,239 @@
+# shellcheck shell=sh
+# mtp-python, L2 side: MTP (guest/python/mtp, object-level tiering for
+# CPython) on real PyPI workloads in a two-node guest whose FMem is limited
+# with our FMem balloon, beside no tiering and Linux's own tiering.
+#
+# Python comes on a virtio-blk disk (ext4, read-only): Debian's python3.11,
+# the mtp extension, NetworkX and SQLAlchemy (build-testbed-disk.sh), run
+# in a chroot. Per workload:
+#   ref     one run with FMem unlimited: the reference result digest and
+#           the peak RSS the FMem limit is derived from
+#   then per FMem size (a share of that RSS; the L1 side sets the FMem
+#   balloon on request) one fresh run per phase:
+#   none    no tiering (numa_balancing=0, demotion off)
+#   mtp     the rounds run under mtp.start(mask=[1], ...)
+#   numab   numa_balancing=2 + demotion_enabled (TPP-like), last because
+#           demotion also moves the page cache out of FMem
+# mtp-hotmon (DAMON, accessed bits) samples every phase: the share of the
+# process's hot pages resident in FMem (node 0) over time.
+# Kernel command line: tb.mtp_workloads=nx,orm tb.mtp_pcts=50 (FMem as %
+# of the workload's RSS) tb.mtp_nx_size=N tb.mtp_orm_size=N
+# tb.mtp_rounds=N (nx) tb.mtp_orm_rounds=N tb.mtp_interval=S
+# tb.mtp_phases=none,mtp,numab
+# shellcheck source=../../lib/common.sh
+. "$TB_LIB/common.sh"
+# shellcheck source=../../lib/l2.sh
+. "$TB_LIB/l2.sh"
+tb_begin l2
+
+WORKLOADS=nx
+PCTS=50
+NX_SIZE=1200
+ORM_SIZE=1500
+ROUNDS=3
+ORM_ROUNDS=30 # an ORM round is about 20x shorter than a NetworkX one
+INTERVAL=0.5
+PHASES="none mtp numab"
+# shellcheck disable=SC2013 # words, not lines
+for arg in $(cat /proc/cmdline); do
+    case $arg in
+    tb.mtp_workloads=*) WORKLOADS=$(echo "${arg#*=}" | tr ',' ' ') ;;
+    tb.mtp_pcts=*) PCTS=$(echo "${arg#*=}" | tr ',' ' ') ;;
+    tb.mtp_nx_size=*) NX_SIZE=${arg#*=} ;;
+    tb.mtp_orm_size=*) ORM_SIZE=${arg#*=} ;;
+    tb.mtp_rounds=*) ROUNDS=${arg#*=} ;;
+    tb.mtp_orm_rounds=*) ORM_ROUNDS=${arg#*=} ;;
+    tb.mtp_interval=*) INTERVAL=${arg#*=} ;;
+    tb.mtp_phases=*) PHASES=$(echo "${arg#*=}" | tr ',' ' ') ;;
+    esac
+done
+tb_fact_str workloads "$WORKLOADS"
+tb_fact_str fmem_pcts "$PCTS"
+tb_fact rounds "$ROUNDS"
+tb_fact orm_rounds "$ORM_ROUNDS"
+tb_fact_str mtp_interval_s "$INTERVAL"
+
+ROOT=/mnt/py
+BAL=/sys/kernel/demeter_balloon
+HOTMON=$TB_BIN/mtp-hotmon
+
+json_num() { printf '%s\n' "$1" | sed -n "s/.*\"$2\": *\(-\{0,1\}[0-9.e+-]*\).*/\1/p" | head -n 1; }
+json_str() { printf '%s\n' "$1" | sed -n "s/.*\"$2\": *\"\([^\"]*\)\".*/\1/p" | head -n 1; }
+# node 0's free memory in kB: buddy pages plus the per-CPU lists
+node0_free_kb() {
+    awk '$1 == "Node" { node = $2 + 0 }
+        node == 0 && $1 == "pages" && $2 == "free" { kb += $3 * 4 }
+        node == 0 && $1 == "count:" { kb += $2 * 4 }
+        END { print kb + 0 }' /proc/zoneinfo
+}
+node0_low_kb() {
+    awk '$1 == "Node" { node = $2 + 0 } node == 0 && $1 == "low" { kb += $2 * 4 } END { print kb + 0 }' /proc/zoneinfo
+}
+oops_count() { dmesg | grep -ciE "Oops|BUG:|WARNING:|general protection"; }
+oops0=$(oops_count)
+
+# ---- the disk, the chroot and the balloon driver ----
+tb_check modprobe-ext4 sh -c "modprobe crc32c_generic && modprobe ext4"
+disk=""
+for d in /sys/block/vd*; do
+    [ -e "$d" ] && disk=/dev/${d##*/} && break
+done
+tb_check virtio-blk-disk-present test -b "${disk:-/dev/none}"
+mkdir -p "$ROOT"
+tb_check mount-python-disk mount -t ext4 -o ro "${disk:-/dev/none}" "$ROOT"
+for m in proc sys dev; do mount -o bind "/$m" "$ROOT/$m"; done
+mount -t tmpfs -o size=64m tmpfs "$ROOT/tmp"
+PY="chroot $ROOT /usr/bin/python3"
+ver=$($PY -c 'import sys, mtp, networkx, sqlalchemy; print(sys.version.split()[0], networkx.__version__, sqlalchemy.__version__)' 2>&1)
+case $ver in
+3.*) tb_pass python-imports-mtp-networkx-sqlalchemy "$ver" ;;
+*) tb_fail python-imports-mtp-networkx-sqlalchemy "$(echo "$ver" | tail -n 2 | tr '\n' '|')" ;;
+esac
+# bad input reaches Python as a clear error, not a crash
+bad=$($PY -c 'import mtp
+try:
+    mtp.start(mask=[5])
+except ValueError as e:
+    print("ValueError", e)' 2>&1)
+case $bad in ValueError*) tb_pass mtp-rejects-missing-node "$bad" ;; *) tb_fail mtp-rejects-missing-node "$bad" ;; esac
+tb_check insmod-demeter_balloon insmod /tb/kmod/demeter_balloon.ko
+tb_check_eq hetero-mem-negotiated 1 "$(cat $BAL/hetero_mem 2>/dev/null)"
+echo 0 >/proc/sys/kernel/numa_balancing
+echo false >/sys/kernel/mm/numa/demotion_enabled
+tb_fact node1_tier_differs "$([ "$(tb_memory_tier_of 0)" != "$(tb_memory_tier_of 1)" ] && echo 1 || echo 0)"
+
+# ---- one run: run_one TAG WORKLOAD SIZE ROUNDS [workload args...] ----
+# Starts the workload and mtp-hotmon on it; sets R_DONE (the workload's
+# result JSON) and R_HOT (the hotmon lines taken while the rounds ran),
+# returns 1 when it failed.
+run_one() {
+    r_tag=$1
+    r_w=$2
+    r_size=$3
+    r_rounds=$4
+    shift 4
+    r_out=/tmp/w-$r_tag.out
+    r_mon=/tmp/mon-$r_tag.out
+    sync
+    echo 3 >/proc/sys/vm/drop_caches
+    tb_fact "${r_tag}_node0_free_kb_start" "$(node0_free_kb)"
+    $PY /mtp/workload.py "$r_w" --size "$r_size" --rounds "$r_rounds" "$@" >"$r_out" 2>&1 &
+    r_pid=$!
+    # the chroot'ed python is the child of chroot(8): it execs, same pid
+    "$HOTMON" -p "$r_pid" -i 2000 >"$r_mon" 2>&1 &
+    r_mon_pid=$!
+    wait "$r_pid"
+    r_rc=$?
+    wait "$r_mon_pid" 2>/dev/null
+    R_DONE=$(sed -n 's/^@@MTPW {/{/p' "$r_out" | tail -n 1)
+    # hotmon's clock starts with the process: keep the samples from the
+    # moment the workload had built its data and began its rounds
+    r_ready_ms=$(printf '%s\n' "$R_DONE" | sed -n 's/.*"ready_s": *\([0-9]*\)\.\{0,1\}\([0-9]\{0,3\}\).*/\1 \2/p' |
+        awk '{ printf "%d", $1 * 1000 + substr($2 "000", 1, 3) }')
+    R_HOT=$(grep '^{"t_ms"' "$r_mon" | awk -F'[:,]' -v r="${r_ready_ms:-0}" '$2 >= r')
+    if [ "$r_rc" -ne 0 ] || [ -z "$R_DONE" ]; then
+        tb_fail "$r_tag-ran" "rc=$r_rc: $(tail -n 4 "$r_out" | tr '\n' '|')"
+        return 1
+    fi
+    tb_pass "$r_tag-ran" "$(json_num "$R_DONE" rounds_s) s of rounds"
+    tb_fact "${r_tag}_result" "$R_DONE"
+    grep -v '^{"t_ms"' "$r_mon" | head -n 3 | sed "s/^/hotmon $r_tag: /"
+    return 0
+}
+
+# mean of KEY over the hotmon lines (all, or the second half with "late")
+hot_mean() {
+    printf '%s\n' "$R_HOT" | sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" | awk -v late="$2" '
+        { v[n++] = $1 } END {
+            s = 0; c = 0; from = late ? int(n / 2) : 0
+            for (i = from; i < n; i++) { s += v[i]; c++ }
+            if (c) printf "%.1f", s / c; else print "null" }'
+}
+hot_series() { printf '%s\n' "$R_HOT" | sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" | tr '\n' ',' | sed 's/,$//'; }
+
+req=0
+for w in $WORKLOADS; do
+    case $w in
+    nx) size=$NX_SIZE rounds=$ROUNDS ;;
+    orm) size=$ORM_SIZE rounds=$ORM_ROUNDS ;;
+    *) tb_fail "workload-$w" "unknown workload"; continue ;;
+    esac
+    # reference run: FMem unlimited (balloon deflated)
+    if [ "$req" -gt 0 ]; then
+        req=$((req + 1))
+        echo "@@MTP balloon $req fmem_bytes=0"
+        tb_wait_until 300 sh -c "[ \$(cat $BAL/fmem/size_pages) -eq 0 ]" ||
+            tb_fail "$w-balloon-deflated" "fmem balloon still $(cat $BAL/fmem/size_pages) pages"
+    fi
+    run_one "$w-ref" "$w" "$size" "$rounds" || continue
+    ref_digest=$(json_str "$R_DONE" digest)
+    rss_kb=$(json_num "$R_DONE" maxrss_kb)
+    tb_fact "${w}_rss_kb" "$rss_kb"
+    for pct in $PCTS; do
+        tag=$w-$pct
+        # FMem the workload finds free: pct % of its RSS above the low
+        # watermark (below it, allocations fall back to node 1)
+        sync
+        echo 3 >/proc/sys/vm/drop_caches
+        want_kb=$((rss_kb * pct / 100 + $(node0_low_kb)))
+        cur_pages=$(cat $BAL/fmem/size_pages)
+        # inflate (or deflate, going to a larger size) by the difference
+        bal_pages=$((cur_pages + ($(node0_free_kb) - want_kb) / 4))
+        [ "$bal_pages" -gt 0 ] || bal_pages=0
+        req=$((req + 1))
+        t0=$(tb_now_ms)
+        echo "@@MTP balloon $req fmem_bytes=$((bal_pages * 4096))"
+        if tb_wait_until 300 sh -c "[ \$(cat $BAL/fmem/size_pages) -eq $bal_pages ]"; then
+            tb_pass "$tag-fmem-balloon-set" "$bal_pages pages in $(($(tb_now_ms) - t0)) ms; node 0 free $(node0_free_kb) kB, wanted $want_kb"
+        else
+            tb_fail "$tag-fmem-balloon-set" "balloon at $(cat $BAL/fmem/size_pages) of $bal_pages pages after 300 s"
+            continue
+        fi
+        tb_fact "${tag}_fmem_target_kb" "$want_kb"
+        for ph in $PHASES; do
+            case $ph in
+            none) args="" ;;
+            mtp) args="--mtp --mask 1 --interval $INTERVAL --pressure-mb $((want_kb * 2 / 1024 + 16)) --fmem-reserve-mb 2 --samples-per-migration 4" ;;
+            numab)
+                echo 2 >/proc/sys/kernel/numa_balancing
+                echo true >/sys/kernel/mm/numa/demotion_enabled
+                args=""
+                ;;
+            *) tb_fail "phase-$ph" "unknown phase"; continue ;;
+            esac
+            # shellcheck disable=SC2086
+            if run_one "$tag-$ph" "$w" "$size" "$rounds" $args; then
+                d=$(json_str "$R_DONE" digest)
+                tb_check_eq "$tag-$ph-output-identical" "$ref_digest" "$d"
+                tb_fact "${tag}_${ph}_hot_fmem_pct_series" "[$(hot_series hot_fast_pct)]"
+                tb_fact "${tag}_${ph}_hot_fmem_pct_mean" "$(hot_mean hot_fast_pct)"
+                tb_fact "${tag}_${ph}_hot_fmem_pct_late" "$(hot_mean hot_fast_pct late)"
+                tb_fact "${tag}_${ph}_acc_fmem_pct_mean" "$(hot_mean acc_fast_pct)"
+                echo "@@FIGURE $tag $ph: hot pages in FMem mean $(hot_mean hot_fast_pct)%, 2nd half $(hot_mean hot_fast_pct late)%, accesses $(hot_mean acc_fast_pct)%, rounds $(json_num "$R_DONE" rounds_s) s"
+                tb_check_ge "$tag-$ph-hotmon-samples-in-rounds" "$(printf '%s\n' "$R_HOT" | grep -c t_ms)" 1
+                if [ "$ph" = mtp ]; then
+                    tb_check_ge "$tag-mtp-marked" "$(json_num "$R_DONE" markings)" 1
+                    tb_check_ge "$tag-mtp-sampled" "$(json_num "$R_DONE" samples)" 1
+                    dem=$(json_num "$R_DONE" pages_demoted)
+                    pro=$(json_num "$R_DONE" pages_promoted)
+                    moved=$((${dem:-0} + ${pro:-0}))
+                    tb_check_ge "$tag-mtp-moved-pages" "$moved" 1
+                fi
+            fi
+            if [ "$ph" = numab ]; then
+                echo 0 >/proc/sys/kernel/numa_balancing
+                echo false >/sys/kernel/mm/numa/demotion_enabled
+            fi
+        done
+    done
+done
+
+if [ "$(oops_count)" -gt "$oops0" ]; then
+    tb_fail no-kernel-oops "$(dmesg | grep -iE 'Oops|BUG:|WARNING:|general protection' | tail -n 2 | tr '\n' '|')"
+else
+    tb_pass no-kernel-oops
+fi
+umount "$ROOT/tmp" "$ROOT/proc" "$ROOT/sys" "$ROOT/dev" "$ROOT" 2>/dev/null
+tb_report
+tb_l2_handshake "${TB_ACK_TIMEOUT:-30}"
+exit "$TB_RC"
