@@ -10,7 +10,9 @@ DEPS_PACKAGES=(
     linux-headers-amd64 # Debian 12's default 6.1 LTS: the guest modules must build on it
     python3-venv curl
     python3-dev # guest/python/mtp: the MTP CPython extension
+    e2fsprogs # mke2fs -d: the mtp-python scenario's disk image
     pigz bzip2 sqlite3 jq git openssl perl mawk # vmmload's real-program suite
+    memcached # the mtat-colo testbed scenario's LC service
 )
 
 deps_install_packages() {

@@ -12,7 +12,7 @@
 # Needs: TB_ROOT TB_BUILD TB_KVER TB_REBUILD (0/1).
 
 TB_ITEST=${TB_ITEST:-$TB_ROOT/tests/integration}
-TB_BIN_NAMES="cloud-hypervisor ch-remote vmmload"
+TB_BIN_NAMES="cloud-hypervisor ch-remote vmmload tier-policy"
 TB_DEFAULT_L1_MODULES="kvm_amd nested=1 npt=1"
 TB_DEFAULT_L1_TOOLS="numactl migratepages memhog"
 TB_TARGET_TRIPLE=x86_64-unknown-linux-gnu
@@ -246,6 +246,41 @@ tb_build_l2_initrd() {
     tb_cache_prune l2-initrd
 }
 
+# --- disk images for L2 guests (scenario file l2-disk) --------------------
+#   l2-disk   "NAME SCRIPT [DIR...]" per line (repo-relative): `SCRIPT OUT`
+#             builds a raw image, cached as cache/disk-NAME-KEY.img, KEY =
+#             hash of SCRIPT, the files under SCRIPT's folder and the DIRs,
+#             and what `SCRIPT --key` prints (host package versions). Packed
+#             into L1 as /tb/l2/disks/NAME.img (nested runs only).
+declare -gA TB_L2_DISKS=() # NAME -> host path
+tb_build_l2_disks() {
+    local line name script dirs key out
+    TB_L2_DISKS=()
+    TB_L2_DISKS_KEY=""
+    while read -r line; do
+        [[ -n $line ]] || continue
+        read -r name script dirs <<<"$line"
+        [[ -x $TB_ROOT/$script ]] || tb_die "$TB_EXIT_SETUP" "l2-disk $name: $script is not an executable in the repo"
+        # shellcheck disable=SC2086
+        key=$({
+            tb_repo_sources_hash "$(dirname "$script")" $dirs
+            "$TB_ROOT/$script" --key
+        } | sha256sum | cut -c1-16)
+        out=$TB_BUILD/cache/disk-$name-$key.img
+        if [[ ! -f $out || $TB_REBUILD == 1 ]]; then
+            tb_msg "building disk image $name ($key) with $script"
+            "$TB_ROOT/$script" "$out.tmp" >"$TB_BUILD/disk-$name.log" 2>&1 ||
+                tb_die "$TB_EXIT_SETUP" "disk image $name failed: $(tail -n 20 "$TB_BUILD/disk-$name.log")"
+            mv -f "$out.tmp" "$out"
+            # keep the 2 newest images of this name (they are large)
+            # shellcheck disable=SC2012 # file names are ours
+            ls -1t "$TB_BUILD/cache/disk-$name"-*.img 2>/dev/null | tail -n +3 | xargs -r rm -f --
+        fi
+        TB_L2_DISKS[$name]=$out
+        TB_L2_DISKS_KEY+="$name:$key "
+    done <<<"$(tb_union_spec l2-disk "")"
+}
+
 # --- L1 ------------------------------------------------------------------
 tb_build_l1_base() {
     local mods tools key out stage
@@ -297,6 +332,7 @@ tb_build_l1_initrd() {
     local key out stage n
     tb_build_l1_base
     tb_build_l2_initrd
+    tb_build_l2_disks
     tb_find_binaries
     tb_find_upstream
     if ((${#TB_UPSTREAM_BINS[@]})); then
@@ -307,6 +343,7 @@ tb_build_l1_initrd() {
     key=$({
         printf '%s %s %s\n' "$TB_L1_BASE_KEY" "$TB_L2_INITRD_KEY" "$(tb_scenario_files_hash)"
         printf 'vmm-override %s\n' "${TB_VMM_OVERRIDE:-}"
+        printf 'l2-disks %s\n' "$TB_L2_DISKS_KEY"
         if [[ -f ${TB_VMM_OVERRIDE:-} ]]; then sha256sum <"$TB_VMM_OVERRIDE"; fi
         for n in "${!TB_BINS[@]}"; do printf '%s %s\n' "$n" "$(sha256sum <"${TB_BINS[$n]}")"; done | sort
         for n in "${!TB_UPSTREAM_BINS[@]}"; do printf 'upstream %s %s\n' "$n" "$(sha256sum <"${TB_UPSTREAM_BINS[$n]}")"; done | sort
@@ -334,6 +371,9 @@ tb_build_l1_initrd() {
     *) tb_copy_elf "$TB_VMM_OVERRIDE" "$stage" /tb/bin/vmm-override ;;
     esac
     install -D -m 0644 "$TB_L2_INITRD_HOST" "$stage/tb/l2/initrd.img"
+    for n in "${!TB_L2_DISKS[@]}"; do
+        install -D -m 0644 "${TB_L2_DISKS[$n]}" "$stage/tb/l2/disks/$n.img"
+    done
     tb_cpio "$stage" "$out.overlay"
     cat "$TB_L1_BASE" "$out.overlay" >"$out.tmp"
     rm -f "$out.overlay"

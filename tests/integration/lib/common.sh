@@ -14,6 +14,10 @@
 #   tb_fact KEY JSON               record a fact (raw JSON value)
 #   tb_fact_str KEY STRING         record a fact (string, escaped)
 #   tb_report                      print the final JSON line, set TB_RC
+#                                  (L1: fails if a file under TB_OUT has
+#                                  the VMM's seccomp SIGSYS report)
+#   tb_sigsys_check FILE...        fail "seccomp-no-sigsys" for each FILE
+#                                  with the VMM's SIGSYS report
 #   tb_finish                      tb_report, then exit TB_RC
 #   tb_skip REASON                 print a SKIP JSON line, exit 77
 #   tb_now_ms                      milliseconds since boot
@@ -31,6 +35,7 @@ TB_FACTS=""
 TB_RC=0
 TB_SIDE=${TB_SIDE:-l1}
 TB_SKIP_RC=77
+TB_SIGSYS_SEEN=""
 
 tb_now_ms() {
     # /proc/uptime has two decimals: "123.45 ..." -> 123450
@@ -122,7 +127,31 @@ _tb_json_line() { # result
         "$TB_CHECKS" "$TB_FACTS"
 }
 
+# The VMM's SIGSYS handler prints this line (vmm/src/seccomp.rs) when a
+# thread makes a syscall its seccomp filter forbids.
+TB_SIGSYS_ERE='cloud-hypervisor: seccomp: a .* thread made a forbidden syscall'
+
+# tb_sigsys_check FILE...: one failed check per file whose text has the
+# SIGSYS report (a VMM thread ran a syscall outside its filter).
+tb_sigsys_check() {
+    for _tb_sf in "$@"; do
+        [ -f "$_tb_sf" ] || continue
+        _tb_sl=$(grep -a -E "$TB_SIGSYS_ERE" "$_tb_sf" | head -n 1)
+        [ -n "$_tb_sl" ] || continue
+        case " $TB_SIGSYS_SEEN " in *" $_tb_sf "*) continue ;; esac
+        TB_SIGSYS_SEEN="$TB_SIGSYS_SEEN $_tb_sf"
+        tb_fail "seccomp-no-sigsys" "${_tb_sf##*/}: $_tb_sl"
+    done
+}
+
 tb_report() {
+    # Any VMM log under TB_OUT (L1 side) that reports a SIGSYS fails the run.
+    if [ "$TB_SIDE" = l1 ] && [ -n "${TB_OUT:-}" ] && [ -d "$TB_OUT" ]; then
+        # Regular files only: TB_OUT holds the VMM's stdin FIFO, which a
+        # recursive grep would open and block on.
+        # shellcheck disable=SC2046 # file names without blanks (TB_OUT)
+        tb_sigsys_check $(find "$TB_OUT" -type f 2>/dev/null)
+    fi
     if [ "$TB_NFAIL" -eq 0 ] && [ "$TB_NPASS" -gt 0 ]; then
         TB_RC=0
         tb_log "result: PASS ($TB_NPASS checks)"

@@ -14,6 +14,8 @@
 #   tb_vmm_wait_exit SECS       wait for the VMM to exit (TERM then KILL on
 #                               timeout); sets TB_VMM_RC (124 = timed out)
 #   tb_vmm_stop                 kill the VMM if still running
+#   (start, wait_exit and stop fail "seccomp-no-sigsys" when the VMM log
+#   has the seccomp SIGSYS report, see tb_sigsys_check)
 #   tb_vmm_diag [FILE]          dump the VMM's threads (state, wchan, kernel
 #                               stack) and KVM debugfs counters to FILE
 #                               (default $TB_OUT/vmm-diag.txt), e.g. when the
@@ -39,6 +41,8 @@ tb_pid_alive() {
 }
 
 tb_vmm_start() {
+    # A previous VMM's log is about to be overwritten: check it first.
+    tb_sigsys_check "$TB_OUT/vmm.stderr"
     TB_VMM_SERIAL=$TB_OUT/serial.log
     TB_VMM_STDERR=$TB_OUT/vmm.stderr
     _tb_fifo=$TB_OUT/vmm.stdin
@@ -104,6 +108,7 @@ tb_vmm_wait_exit() {
         TB_VMM_RC=124
     fi
     TB_VMM_EXIT_MS=$(tb_now_ms)
+    tb_sigsys_check "$TB_VMM_STDERR"
     exec 9>&-
     TB_VMM_PID=""
     return 0
@@ -114,6 +119,7 @@ tb_vmm_stop() {
     kill -TERM "$TB_VMM_PID" 2>/dev/null || true
     tb_wait_until 5 _tb_vmm_gone || kill -KILL "$TB_VMM_PID" 2>/dev/null || true
     wait "$TB_VMM_PID" 2>/dev/null || true
+    tb_sigsys_check "$TB_VMM_STDERR"
     TB_VMM_PID=""
 }
 
