@@ -140,11 +140,12 @@ pub fn http_get(url: &str) -> Result<String, String> {
     let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("{url}: {e}"))?;
     s.set_read_timeout(Some(timeout))
         .map_err(|e| e.to_string())?;
-    write!(
-        s,
-        "GET {path} HTTP/1.0\r\nHost: {host}\r\nAccept: text/plain\r\n\r\n"
-    )
-    .map_err(|e| format!("{url}: {e}"))?;
+    // One write: `write!` on an unbuffered stream sends each piece as its
+    // own segment, and a server that answers after its first read and
+    // closes would reset the connection under the unread rest.
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {host}\r\nAccept: text/plain\r\n\r\n");
+    s.write_all(request.as_bytes())
+        .map_err(|e| format!("{url}: {e}"))?;
     let mut buf = Vec::new();
     s.take(4 << 20)
         .read_to_end(&mut buf)
@@ -245,8 +246,13 @@ mod tests {
         let addr = l.local_addr().unwrap();
         let server = std::thread::spawn(move || {
             let (mut c, _) = l.accept().unwrap();
-            let mut req = [0u8; 512];
-            let _ = c.read(&mut req).unwrap();
+            let mut req = Vec::new();
+            let mut chunk = [0u8; 512];
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = c.read(&mut chunk).unwrap();
+                assert!(n > 0, "client closed before the end of its request");
+                req.extend_from_slice(&chunk[..n]);
+            }
             c.write_all(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nlat_p99 4.25\n")
                 .unwrap();
         });
