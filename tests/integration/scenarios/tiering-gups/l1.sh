@@ -45,12 +45,15 @@ rm -f "$TB_API_SOCK"
 # memory writes; with shadow paging each one is a write to a
 # write-protected guest page table that L1's KVM emulates.
 case $(cat /sys/module/kvm_amd/parameters/npt 2>/dev/null) in
-Y | 1) L1_PAGING=npt MIN_RATIO_PCT=${TB_TIER_MIN_RATIO_PCT:-90} ;;
-*) L1_PAGING=shadow MIN_RATIO_PCT=${TB_TIER_MIN_RATIO_PCT:-0} ;;
+Y | 1) L1_PAGING=npt MIN_RATIO_PCT=${TB_TIER_MIN_RATIO_PCT:-90} ABIT_FLUSH=2 ;;
+# Shadow paging: L1's KVM leaves a guest page-table page unsynced and
+# re-reads its accessed bits only when the guest flushes, so a clear that is
+# not followed by a flush is never seen young again (abit_tlb_flush=1).
+*) L1_PAGING=shadow MIN_RATIO_PCT=${TB_TIER_MIN_RATIO_PCT:-0} ABIT_FLUSH=1 ;;
 esac
 tb_fact_str l1_paging "$L1_PAGING"
 tb_vmm_start --kernel "$TB_L2_KERNEL" --initramfs "$TB_L2_INITRD" \
-    --cmdline "console=ttyS0 reboot=k panic=-1 tb.run=tiering-gups tb.tier_run_s=25 tb.tier_base_s=10 tb.tier_phases=none,ours,unload tb.tier_min_ratio_pct=$MIN_RATIO_PCT" \
+    --cmdline "console=ttyS0 reboot=k panic=-1 tb.run=tiering-gups tb.tier_run_s=25 tb.tier_base_s=10 tb.tier_phases=none,ours,unload tb.tier_min_ratio_pct=$MIN_RATIO_PCT tb.tier_abit_flush=$ABIT_FLUSH" \
     --cpus boot=2 --memory size=0 \
     --memory-zone id=fmem,size=512M,host_numa_node=0 id=smem,size=1G,host_numa_node=1 \
     --numa 'guest_numa_id=0,cpus=[0-1],distances=[1@25],memory_zones=fmem,latency_ns=80,bandwidth_mbps=20000' \
@@ -79,7 +82,7 @@ POLL_PID=$!
 BAL_LOG=$TB_OUT/balloon-during-tiering.log
 : >"$BAL_LOG"
 (
-    tb_vmm_wait_line '@@TIER ours-start' 240 || exit 0
+    tb_vmm_wait_line '@@TIER ours-start' "${TB_TIMEOUT:-480}" || exit 0
     sleep 6
     t0=$(tb_now_ms)
     tb_chr resize --balloon '[64M,128M]' >/dev/null 2>&1 &&

@@ -38,6 +38,7 @@ CPU_PCT=0	# the agent's manager CPU budget (-c); 0 = none
 # percentage of the no-tiering run's: the check's floor (0 = report only).
 # l1.sh sets it by L1's paging mode (shadow paging costs more per scan).
 MIN_RATIO_PCT=0
+ABIT_FLUSH=
 # shellcheck disable=SC2013 # words, not lines
 for arg in $(cat /proc/cmdline); do
     case $arg in
@@ -49,6 +50,7 @@ for arg in $(cat /proc/cmdline); do
     tb.tier_phases=*) PHASES=$(echo "${arg#*=}" | tr ',' ' ') ;;
     tb.tier_cpu_pct=*) CPU_PCT=${arg#*=} ;;
     tb.tier_min_ratio_pct=*) MIN_RATIO_PCT=${arg#*=} ;;
+    tb.tier_abit_flush=*) ABIT_FLUSH=${arg#*=} ;;
     esac
 done
 tb_fact region_mb "$REGION_MB"
@@ -246,7 +248,7 @@ if grep -qx 0x0005 /sys/bus/virtio/devices/*/device 2>/dev/null && [ -e /tb/kmod
 else
     tb_fact_str balloon "no virtio-balloon device: the agent reports nothing"
 fi
-tb_check insmod-tiering insmod "$KO"
+tb_check insmod-tiering insmod "$KO" ${ABIT_FLUSH:+abit_tlb_flush=$ABIT_FLUSH}
 tb_check sysfs-present test -d "$SYS/targets"
 echo "sampler: $(tr '\n' ' ' <"$SYS/sampler")| pebs: $(cat "$SYS/pebs")"
 tb_fact_str pebs "$(cat "$SYS/pebs" 2>/dev/null)"
