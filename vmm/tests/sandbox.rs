@@ -191,6 +191,26 @@ fn kvm_available() -> bool {
         .is_ok()
 }
 
+/// Starts the VMM on the halting kernel with 64 MiB and one disk, plus
+/// `extra` flags first.
+fn start_halting_vm(dir: &Path, kernel: &Path, image: &Path, extra: &[&str]) -> Vmm {
+    let disk_arg = format!("path={}", image.display());
+    let mut args: Vec<&str> = extra.to_vec();
+    args.extend([
+        "--kernel",
+        kernel.to_str().expect("utf-8 path"),
+        "--memory",
+        "size=64M",
+        "--disk",
+        &disk_arg,
+        "--serial",
+        "null",
+        "--console",
+        "off",
+    ]);
+    Vmm::start(dir, &args)
+}
+
 #[test]
 fn seccomp_is_on_by_default_and_an_api_lifecycle_makes_no_forbidden_syscall() {
     assert!(kvm_available(), "these tests need /dev/kvm");
@@ -200,22 +220,7 @@ fn seccomp_is_on_by_default_and_an_api_lifecycle_makes_no_forbidden_syscall() {
     halting_kernel(&kernel);
     let image = dir.join("disk.raw");
     disk(&image, b"disk");
-    let disk_arg = format!("path={}", image.display());
-    let vmm = Vmm::start(
-        dir,
-        &[
-            "--kernel",
-            kernel.to_str().expect("utf-8 path"),
-            "--memory",
-            "size=64M",
-            "--disk",
-            &disk_arg,
-            "--serial",
-            "null",
-            "--console",
-            "off",
-        ],
-    );
+    let vmm = start_halting_vm(dir, &kernel, &image, &[]);
     assert_eq!(vmm.state(), "Running", "VMM log: {}", vmm.log());
     // Once paused, every vCPU thread has run (so it is named and confined).
     vmm.ok("vm.pause", None);
@@ -263,23 +268,7 @@ fn under_landlock_a_vm_created_later_cannot_open_a_path_outside_the_command_line
     let other = outside.join("disk.raw");
     disk(&named, b"inside");
     disk(&other, b"outside");
-    let disk_arg = format!("path={}", named.display());
-    let vmm = Vmm::start(
-        dir,
-        &[
-            "--landlock",
-            "--kernel",
-            kernel.to_str().expect("utf-8 path"),
-            "--memory",
-            "size=64M",
-            "--disk",
-            &disk_arg,
-            "--serial",
-            "null",
-            "--console",
-            "off",
-        ],
-    );
+    let vmm = start_halting_vm(dir, &kernel, &named, &["--landlock"]);
     assert_eq!(vmm.state(), "Running", "VMM log: {}", vmm.log());
     assert!(
         vmm.log().contains("landlock: FullyEnforced"),

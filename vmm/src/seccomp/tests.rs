@@ -35,6 +35,15 @@ fn is_child() -> bool {
     std::env::var_os(CHILD_ENV).is_some()
 }
 
+/// Runs child test `name`, which must die of SIGSYS with `expect` in the
+/// handler's report; returns its stderr for further checks.
+fn expect_killed(name: &str, expect: &str) -> String {
+    let (code, stderr) = in_child(name);
+    assert_eq!(code, Some(SIGSYS_EXIT_CODE), "stderr: {stderr}");
+    assert!(stderr.contains(expect), "stderr: {stderr}");
+    stderr
+}
+
 #[test]
 fn modes_are_spelled_as_upstream() {
     assert_eq!(SeccompMode::parse("true"), Ok(SeccompMode::Trap));
@@ -81,10 +90,10 @@ fn child_denied_syscall() {
 
 #[test]
 fn a_denied_syscall_ends_the_process_and_names_it() {
-    let (code, stderr) = in_child("seccomp::tests::child_denied_syscall");
-    assert_eq!(code, Some(SIGSYS_EXIT_CODE), "stderr: {stderr}");
-    let expect = format!("made a forbidden syscall {}", libc::SYS_openat);
-    assert!(stderr.contains(&expect), "stderr: {stderr}");
+    let stderr = expect_killed(
+        "seccomp::tests::child_denied_syscall",
+        &format!("made a forbidden syscall {}", libc::SYS_openat),
+    );
     assert!(
         stderr.contains("seccomp: a virtio-rng thread"),
         "stderr: {stderr}"
@@ -119,11 +128,9 @@ fn child_vcpu_ioctl_filter() {
 
 #[test]
 fn a_vcpu_may_only_issue_its_kvm_ioctls() {
-    let (code, stderr) = in_child("seccomp::tests::child_vcpu_ioctl_filter");
-    assert_eq!(code, Some(SIGSYS_EXIT_CODE), "stderr: {stderr}");
-    assert!(
-        stderr.contains(&format!("forbidden syscall {}", libc::SYS_ioctl)),
-        "stderr: {stderr}"
+    expect_killed(
+        "seccomp::tests::child_vcpu_ioctl_filter",
+        &format!("forbidden syscall {}", libc::SYS_ioctl),
     );
 }
 
@@ -187,14 +194,12 @@ fn child_device_thread_opens_a_file_log() {
 
 #[test]
 fn a_device_thread_started_through_the_spawner_is_killed_on_a_forbidden_syscall() {
-    let (code, stderr) = in_child("seccomp::tests::child_device_thread_opens_a_file_trap");
-    assert_eq!(code, Some(SIGSYS_EXIT_CODE), "stderr: {stderr}");
-    assert!(
-        stderr.contains(&format!(
+    expect_killed(
+        "seccomp::tests::child_device_thread_opens_a_file_trap",
+        &format!(
             "seccomp: a virtio-blk thread made a forbidden syscall {}",
             libc::SYS_openat
-        )),
-        "stderr: {stderr}"
+        ),
     );
 }
 
@@ -245,14 +250,9 @@ fn child_vcpu_fcntl() {
 
 #[test]
 fn a_vcpu_may_clone_a_descriptor_but_use_no_other_fcntl() {
-    let (code, stderr) = in_child("seccomp::tests::child_vcpu_fcntl");
-    assert_eq!(code, Some(SIGSYS_EXIT_CODE), "stderr: {stderr}");
-    assert!(
-        stderr.contains(&format!(
-            "a vcpu thread made a forbidden syscall {}",
-            libc::SYS_fcntl
-        )),
-        "stderr: {stderr}"
+    expect_killed(
+        "seccomp::tests::child_vcpu_fcntl",
+        &format!("a vcpu thread made a forbidden syscall {}", libc::SYS_fcntl),
     );
 }
 
@@ -271,11 +271,9 @@ fn child_vcpu_eventfd() {
 
 #[test]
 fn a_vcpu_cannot_create_an_eventfd() {
-    let (code, stderr) = in_child("seccomp::tests::child_vcpu_eventfd");
-    assert_eq!(code, Some(SIGSYS_EXIT_CODE), "stderr: {stderr}");
-    assert!(
-        stderr.contains(&format!("forbidden syscall {}", libc::SYS_eventfd2)),
-        "stderr: {stderr}"
+    expect_killed(
+        "seccomp::tests::child_vcpu_eventfd",
+        &format!("forbidden syscall {}", libc::SYS_eventfd2),
     );
 }
 
