@@ -32,8 +32,9 @@ struct Rig {
     epoll: Epoll,
 }
 
-fn rig() -> Rig {
-    let m = mem();
+/// A datagram socket pair standing in for a TAP: the device end (as a
+/// file, watched by an epoll under TAP_TOKEN) and the host end.
+fn fake_tap() -> (File, UnixDatagram, Epoll) {
     let (dev, host) = UnixDatagram::pair().unwrap();
     dev.set_nonblocking(true).unwrap();
     host.set_nonblocking(true).unwrap();
@@ -46,6 +47,12 @@ fn rig() -> Rig {
             EpollEvent::new(EventSet::IN, TAP_TOKEN),
         )
         .unwrap();
+    (tap, host, epoll)
+}
+
+fn rig() -> Rig {
+    let m = mem();
+    let (tap, host, epoll) = fake_tap();
     let q = |base| ActiveQueue {
         index: 0,
         queue: make_queue(&m, base),
@@ -383,18 +390,7 @@ mod fuzz {
             frames in prop::collection::vec(0usize..3000, 0..4),
         ) {
             let m = memory();
-            let (dev, host) = UnixDatagram::pair().unwrap();
-            dev.set_nonblocking(true).unwrap();
-            host.set_nonblocking(true).unwrap();
-            let tap = File::from(OwnedFd::from(dev));
-            let epoll = Epoll::new().unwrap();
-            epoll
-                .ctl(
-                    ControlOperation::Add,
-                    tap.as_raw_fd(),
-                    EpollEvent::new(EventSet::IN, TAP_TOKEN),
-                )
-                .unwrap();
+            let (tap, host, epoll) = fake_tap();
             let q = |index, queue| ActiveQueue {
                 index,
                 queue,
