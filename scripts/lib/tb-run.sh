@@ -157,6 +157,15 @@ tb_last_json() { # FILE
     grep -a '^{.*"scenario"' "$1" 2>/dev/null | tail -n 1 || true
 }
 
+# The checks a scenario reported false, and the tail of its log.
+tb_failed_checks() { # SCENARIO
+    local log=$RUN_DIR/$1/output.log bad
+    bad=$(grep -o '"[A-Za-z0-9_.-]*":false' <<<"${TB_JSON[$1]:-}" | tr '\n' ' ' || true)
+    [[ -n $bad ]] && printf '    false checks: %s\n' "$bad"
+    [[ -f $log ]] && grep -av '^{' "$log" | tail -n 8 | sed 's/^/    | /'
+    return 0
+}
+
 tb_result_of_rc() { # rc -> result word
     case $1 in
     0) echo PASS ;;
@@ -577,7 +586,7 @@ tb_run_l2_in_qemu() {
 
 # --- summary -----------------------------------------------------------
 tb_summary() {
-    local s r code=$TB_EXIT_OK scen_fail=0 l1_fail=0 f crashed_twice=()
+    local s r code=$TB_EXIT_OK scen_fail=0 l1_fail=0 f crashed_twice=() failed=()
     printf '\n==== testbed summary (mode %s, run dir %s) ====\n' "$MODE" "$RUN_DIR"
     for s; do
         r=${TB_RESULT[$s]:-NOT-RUN}
@@ -586,8 +595,8 @@ tb_summary() {
         if [[ -n ${TB_JSON[$s]:-} ]]; then printf '        %s\n' "${TB_JSON[$s]}"; fi
         case $r in
         PASS) ;;
-        L1-FAIL | NOT-RUN) l1_fail=1 ;;
-        *) scen_fail=1 ;;
+        L1-FAIL | NOT-RUN) l1_fail=1 failed+=("$s:$r") ;;
+        *) scen_fail=1 failed+=("$s:$r") ;;
         esac
     done
     # Crash rate per scenario: crashes / runs that reached a verdict.
@@ -613,6 +622,15 @@ tb_summary() {
         fi
     fi
     if [[ -n ${BUILD_NOTE:-} ]]; then printf 'NOTE: %s\n' "$BUILD_NOTE"; fi
+    # Last lines are what a truncated CI log keeps: name the failures there.
+    if ((${#failed[@]})); then
+        printf 'FAILED: %s\n' "${failed[*]}"
+        for s in "${failed[@]}"; do
+            s=${s%%:*}
+            printf 'FAILED %s: %s\n' "$s" "${TB_NOTE[$s]:-see $RUN_DIR/$s/output.log}"
+            tb_failed_checks "$s"
+        done
+    fi
     if ((scen_fail)); then
         code=$TB_EXIT_SCENARIO
         if ((${#crashed_twice[@]})); then
