@@ -96,8 +96,11 @@ print(json.dumps({
     "model_r2": float(r2.group(1)) if r2 else None,
     "model_pearson": float(pe.group(1)) if pe else None,
     "model_ground_truth": "host, exactly counted accesses of a synthetic Zipf workload "
-                          "(tools/refit_model.py); not refitted on DAMON in the guest",
+                          "(tools/refit_model.py); signal: refcount change per sweep plus "
+                          "frame-sampler sightings; not refitted on DAMON in the guest",
     "note": "TCG: FMem and SMem run at the same speed, so no runtime speed-up can show; "
-            "on a CXL host hot pages in FMem cut load latency by the tier gap",
+            "on a CXL host hot pages in FMem cut load latency by the tier gap. Sampling "
+            "shares are of a TCG guest, where a refcount sweep costs 10-50x native; MTP "
+            "stretches its waits to keep sampling within max_sampling_share (10 %) either way",
 }))
 PY

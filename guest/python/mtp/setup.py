@@ -13,8 +13,10 @@ setup(
                 "csrc/pages.c",
                 "csrc/policy.c",
                 "csrc/numa.c",
+                "csrc/frames.c",
             ],
             depends=[
+                "csrc/frames.h",
                 "csrc/numa.h",
                 "csrc/objtable.h",
                 "csrc/pages.h",

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "frames.h"
 #include "numa.h"
 #include "objtable.h"
 #include "pages.h"
@@ -131,6 +132,18 @@ static PyObject *core_sample(PyObject *self, PyObject *args)
 	mtp_sample((size_t)batch, &r);
 	return Py_BuildValue("{sn sn}", "sampled", (Py_ssize_t)r.sampled,
 			     "skipped", (Py_ssize_t)r.skipped);
+}
+
+static PyObject *core_sample_frames(PyObject *self, PyObject *args)
+{
+	unsigned int max_frames;
+	struct mtp_frame_result r;
+
+	if (!PyArg_ParseTuple(args, "I", &max_frames) || require_enabled(1))
+		return NULL;
+	mtp_sample_frames(max_frames, &r);
+	return Py_BuildValue("{sn sn sn}", "frames", (Py_ssize_t)r.frames,
+			     "visited", (Py_ssize_t)r.visited, "hits", (Py_ssize_t)r.hits);
 }
 
 static PyObject *histograms_dict(const struct mtp_histograms *h)
@@ -280,6 +293,26 @@ static PyObject *core_move(PyObject *self, PyObject *args)
 			     "promote_errors", errno_dict(&promoted));
 }
 
+/* page_table() -> [(page, temperature, node)]: the table as the last round left it. */
+static PyObject *core_page_table(PyObject *self, PyObject *unused)
+{
+	if (require_enabled(1))
+		return NULL;
+	PyObject *l = PyList_New((Py_ssize_t)pages.n);
+
+	for (size_t i = 0; l && i < pages.n; i++) {
+		PyObject *t = Py_BuildValue("(Kdi)", (unsigned long long)pages.page[i],
+					    pages.temp[i], pages.node[i]);
+
+		if (!t) {
+			Py_CLEAR(l);
+			break;
+		}
+		PyList_SET_ITEM(l, (Py_ssize_t)i, t);
+	}
+	return l;
+}
+
 static PyObject *core_counters(PyObject *self, PyObject *unused)
 {
 	return Py_BuildValue("{sn sn sn sn sn sn}", "objects_tracked", (Py_ssize_t)mtp_table.live,
@@ -302,7 +335,7 @@ static PyObject *core_history(PyObject *self, PyObject *op)
 	PyObject *t = PyTuple_New(MTP_HISTORY);
 
 	for (int i = 0; t && i < MTP_HISTORY; i++) {
-		PyObject *v = PyLong_FromLong(o->changes[i]);
+		PyObject *v = PyLong_FromLong((long)mtp_obj_change(o, (unsigned int)i));
 
 		if (!v) {
 			Py_CLEAR(t);
@@ -311,6 +344,11 @@ static PyObject *core_history(PyObject *self, PyObject *op)
 		PyTuple_SET_ITEM(t, i, v);
 	}
 	return t;
+}
+
+static PyObject *core_storage(PyObject *self, PyObject *op)
+{
+	return PyLong_FromSize_t(mtp_storage_of(op));
 }
 
 static PyObject *core_llc_ratio(PyObject *self, PyObject *unused)
@@ -651,13 +689,19 @@ static PyMethodDef core_methods[] = {
 	{ "disable", core_disable, METH_NOARGS, "disable(): stop and free all metadata" },
 	{ "mark", core_mark, METH_VARARGS, "mark(depth_limit, size_limit) -> dict" },
 	{ "sample", core_sample, METH_VARARGS, "sample(batch) -> dict" },
+	{ "sample_frames", core_sample_frames, METH_VARARGS,
+	  "sample_frames(max_frames) -> dict: one sighting of other threads' frame locals" },
 	{ "update_pages", core_update_pages, METH_VARARGS,
 	  "update_pages(k, slow_nodes) -> dict" },
 	{ "move", core_move, METH_VARARGS,
 	  "move(h, fast_node, slow_node, slow_nodes, max_pages) -> dict" },
 	{ "counters", core_counters, METH_NOARGS, "counters() -> dict" },
+	{ "page_table", core_page_table, METH_NOARGS,
+	  "page_table() -> [(page, temperature, node)] (diagnostics)" },
 	{ "history", core_history, METH_O,
 	  "history(obj) -> the object's refcount changes, or None if untracked" },
+	{ "storage", core_storage, METH_O,
+	  "storage(obj) -> address of a dict's table or a list's items, 0 for others" },
 	{ "llc_ratio", core_llc_ratio, METH_NOARGS, "LLC load miss ratio since last call" },
 	{ "features", core_features, METH_O, "features(changes) -> 4 floats" },
 	{ "hotness", core_hotness, METH_VARARGS, "hotness(changes, model) -> float" },

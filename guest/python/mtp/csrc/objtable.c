@@ -37,12 +37,14 @@ static inline int filter_may_hold(const struct mtp_objtable *t, uint64_t key)
 
 struct mtp_obj *mtp_objtable_find(const struct mtp_objtable *t, uint64_t key)
 {
-	if (!t->cap || key <= MTP_KEY_TOMBSTONE)
+	if (!t->cap || !mtp_objtable_key_ok(key))
 		return NULL;
+	uint64_t stored = key >> 4;
+
 	for (size_t i = slot_of(key, t->cap);; i = (i + 1) & (t->cap - 1)) {
 		struct mtp_obj *o = &t->slots[i];
 
-		if (o->key == key)
+		if (o->key == stored)
 			return o;
 		if (o->key == MTP_KEY_EMPTY)
 			return NULL;
@@ -69,7 +71,7 @@ static int rehash(struct mtp_objtable *t, size_t cap)
 
 		if (!mtp_obj_live(o))
 			continue;
-		size_t j = slot_of(o->key, cap);
+		size_t j = slot_of(mtp_obj_key(o), cap);
 
 		while (slots[j].key != MTP_KEY_EMPTY)
 			j = (j + 1) & (cap - 1);
@@ -83,7 +85,7 @@ static int rehash(struct mtp_objtable *t, size_t cap)
 	memset(t->page_filter, 0, sizeof(t->page_filter));
 	for (size_t i = 0; i < cap; i++)
 		if (mtp_obj_live(&slots[i]))
-			filter_add(t, slots[i].key);
+			filter_add(t, mtp_obj_key(&slots[i]));
 	return 0;
 }
 
@@ -94,7 +96,7 @@ struct mtp_obj *mtp_objtable_insert(struct mtp_objtable *t, uint64_t key, int *c
 	*created = 0;
 	if (o)
 		return o;
-	if (key <= MTP_KEY_TOMBSTONE)
+	if (!mtp_objtable_key_ok(key))
 		return NULL;
 	/*
 	 * Load (tombstones included) at most 0.7: the free hook's misses probe
@@ -112,7 +114,7 @@ struct mtp_obj *mtp_objtable_insert(struct mtp_objtable *t, uint64_t key, int *c
 	if (o->key == MTP_KEY_TOMBSTONE)
 		t->tombstones--;
 	memset(o, 0, sizeof(*o));
-	o->key = key;
+	o->key = key >> 4;
 	o->fresh = 1;
 	filter_add(t, key);
 	t->live++;

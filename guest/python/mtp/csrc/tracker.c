@@ -138,12 +138,20 @@ struct mark_walk {
 	struct mtp_mark_result *r;
 };
 
-/* Marks @op; returns its entry and whether it was already traversed. */
+/*
+ * Marks @op; returns its entry and whether it was already traversed. NULL
+ * (w->nomem unset) for an object that cannot be a key.
+ */
 static struct mtp_obj *mark_one(PyObject *op, struct mark_walk *w, int *seen)
 {
 	unsigned int pre = preheader(op);
 	int created;
-	struct mtp_obj *o = mtp_objtable_insert(&mtp_table, (uintptr_t)op - pre, &created);
+	uint64_t key = (uintptr_t)op - pre;
+
+	/* static objects (in the interpreter's data) may be 8-byte aligned */
+	if (!mtp_objtable_key_ok(key))
+		return NULL;
+	struct mtp_obj *o = mtp_objtable_insert(&mtp_table, key, &created);
 
 	if (!o) {
 		w->nomem = 1;
@@ -194,7 +202,7 @@ static int visit_child(PyObject *child, void *arg)
 	struct mtp_obj *o = mark_one(child, w, &seen);
 
 	if (!o)
-		return -1;
+		return w->nomem ? -1 : 0;	/* untrackable: neither marked nor walked */
 	if (seen || !PyObject_IS_GC(child))
 		return 0;
 	if (w->depth_limit && w->cur_depth + 1 > w->depth_limit) {
@@ -289,37 +297,62 @@ void mtp_sample(size_t batch, struct mtp_sample_result *r)
 
 		if (!mtp_obj_live(o))
 			continue;
-		if (o->skip) {
+		if (o->skip && !o->hits) {
 			o->skip--;
-			o->changes[pos] = 0;
+			mtp_obj_set_change(o, pos, 0);
 			r->skipped++;
 			continue;
 		}
 		PyObject *op = (PyObject *)mtp_obj_address(o);
-		uint32_t now = (uint32_t)Py_REFCNT(op);
-		int64_t delta = (int32_t)(now - o->prev);
+		uint8_t now = (uint8_t)Py_REFCNT(op);
+		int64_t delta = (int8_t)(uint8_t)(now - o->prev);
 
 		if (delta < 0)
 			delta = -delta;
-		o->changes[pos] = o->fresh ? 0 : (uint8_t)(delta > 255 ? 255 : delta);
+		if (o->fresh)
+			delta = 0;	/* no baseline yet; sightings still count */
+		delta += o->hits;
+		mtp_obj_set_change(o, pos, (uint64_t)delta);
+		o->hits = 0;
+		o->skip = 0;
 		o->prev = now;
 		r->sampled++;
 		if (o->fresh) {
 			o->fresh = 0;
 			continue;
 		}
-		uint64_t any;
-
-		memcpy(&any, o->changes, sizeof(any));
-		if (!any)
+		if (!o->changes)
 			o->skip = 2;	/* untouched for a whole history: skip two phases */
 	}
 	history_pos = (pos + 1) % MTP_HISTORY;
 }
 
+uintptr_t mtp_storage_of(PyObject *op)
+{
+	/*
+	 * The type pointer is compared, never followed: an object on a free
+	 * list may hold a link there (floats). A free-listed dict or list keeps
+	 * its type, and a stale storage pointer only misdirects heat.
+	 */
+	PyTypeObject *tp = Py_TYPE(op);
+
+	if (tp == &PyDict_Type) {
+		PyDictObject *d = (PyDictObject *)op;
+
+		if (d->ma_used <= 0)
+			return 0;	/* maybe the shared static empty table */
+		return d->ma_values ? (uintptr_t)d->ma_values : (uintptr_t)d->ma_keys;
+	}
+	if (tp == &PyList_Type)
+		return (uintptr_t)((PyListObject *)op)->ob_item;
+	return 0;
+}
+
 struct mtp_heat *mtp_collect_heat(const struct mtp_model *m, size_t page_size, size_t *n)
 {
-	struct mtp_heat *heat = malloc((mtp_table.live ? mtp_table.live : 1) * sizeof(*heat));
+	/* room for a second page per object: dicts' and lists' storage */
+	size_t cap = 2 * (mtp_table.live ? mtp_table.live : 1);
+	struct mtp_heat *heat = malloc(cap * sizeof(*heat));
 
 	*n = 0;
 	if (!heat)
@@ -330,7 +363,20 @@ struct mtp_heat *mtp_collect_heat(const struct mtp_model *m, size_t page_size, s
 		if (!mtp_obj_live(o) || o->fresh)
 			continue;
 		heat[*n].page = mtp_obj_address(o) & ~(uint64_t)(page_size - 1);
-		heat[(*n)++].heat = mtp_page_heat(m, o->changes);
+		uint8_t changes[MTP_HISTORY];
+
+		mtp_obj_history(o, changes);
+		heat[*n].heat = mtp_page_heat(m, changes);
+		uintptr_t storage = mtp_storage_of((PyObject *)mtp_obj_address(o));
+		uint64_t page = storage & ~(uint64_t)(page_size - 1);
+
+		(*n)++;
+		/* the reads go to the table too: it heats its own page */
+		if (storage && page != heat[*n - 1].page && *n < cap) {
+			heat[*n].page = page;
+			heat[*n].heat = heat[*n - 1].heat;
+			(*n)++;
+		}
 	}
 	return heat;
 }

@@ -47,6 +47,12 @@ int mtp_mark(unsigned int depth_limit, unsigned int size_limit, struct mtp_mark_
  */
 void mtp_sample(size_t batch, struct mtp_sample_result *r);
 
+/*
+ * Where a dict keeps its key (or split value) table and a list its item
+ * array, separate blocks its reads go to; 0 for other objects.
+ */
+uintptr_t mtp_storage_of(PyObject *op);
+
 /* The entry of a live object, or NULL when it is not tracked. */
 struct mtp_obj *mtp_lookup(PyObject *op);
 

@@ -70,7 +70,7 @@ def serve(objs, counts, order, stop, seed):
         held.clear()
 
 
-def collect(n_objects, windows, interval, threads, seed):
+def collect(n_objects, windows, interval, threads, seed, frame_samples=16):
     rng = random.Random(seed)
     objs = [Record(i) for i in range(n_objects)]
     counts = [0] * n_objects
@@ -90,7 +90,12 @@ def collect(n_objects, windows, interval, threads, seed):
         for window in range(windows):
             before = list(counts)
             for _ in range(_core.HISTORY):
-                time.sleep(interval)  # the program runs; MTP's clock
+                # the program runs; MTP's clock: frame samples, then a sweep
+                for _ in range(frame_samples):
+                    time.sleep(interval / frame_samples)
+                    _core.sample_frames(64)
+                if not frame_samples:
+                    time.sleep(interval)
                 _core.sample(1 << 16)
             for i, o in enumerate(objs):
                 h = _core.history(o)
@@ -151,9 +156,10 @@ def write(coef, figures, args):
 
 Written by tools/refit_model.py ({" ".join(sys.argv[1:]) or "defaults"}) on
 Python {sys.version.split()[0]}: held-out R^2 {figures["r2"]:.3f}, Pearson
-{figures["pearson"]:.3f} over {figures["test"]} objects. Ground truth: exactly
-counted accesses of a Zipf request workload (see docs/mtp.md); the label is
-log2(1 + accesses per sample interval).
+{figures["pearson"]:.3f} over {figures["test"]} objects. Signal: net refcount
+change per sweep plus frame-sampler sightings ({figures.get("frame_samples", 16)} looks per
+interval). Ground truth: exactly counted accesses of a Zipf request workload
+(see docs/mtp.md); the label is log2(1 + accesses per sample interval).
 """
 
 MODEL = ({values})
@@ -169,15 +175,21 @@ def main():
     p.add_argument("--interval", type=float, default=0.05, help="sample interval, s")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--frame-samples", type=int, default=16,
+                   help="frame-sampler looks per interval, as mtp.Tuning (0: refcounts only)")
     p.add_argument("--dry-run", action="store_true")
     args = p.parse_args()
-    if args.objects < 100 or args.windows < 1 or args.interval < 0.01 or args.threads < 1:
-        p.error("need --objects >= 100, --windows >= 1, --interval >= 0.01, --threads >= 1")
-    x, y, pages = collect(args.objects, args.windows, args.interval, args.threads, args.seed)
+    if args.objects < 100 or args.windows < 1 or args.interval < 0.01 or args.threads < 1 \
+            or args.frame_samples < 0:
+        p.error("need --objects >= 100, --windows >= 1, --interval >= 0.01, --threads >= 1, "
+                "--frame-samples >= 0")
+    x, y, pages = collect(args.objects, args.windows, args.interval, args.threads, args.seed,
+                          args.frame_samples)
     coef, figures = fit(x, y, args.seed)
     figures.update(page_figures(x, y, pages, coef))
     figures["coefficients"] = [float(c) for c in coef]
     figures["samples_per_object"] = _core.HISTORY
+    figures["frame_samples"] = args.frame_samples
     print(json.dumps(figures))
     if not args.dry_run:
         write(coef, figures, args)

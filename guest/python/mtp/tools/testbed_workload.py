@@ -198,6 +198,7 @@ def main() -> int:
                 "pages_demoted", "pages_promoted", "move_failures", "markings",
                 "markings_skipped", "markings_deferred", "samples", "migrations",
                 "time_marking", "time_sampling", "time_migrating", "threshold", "migration",
+                "frame_samples", "frame_hits", "time_frame_sampling", "sweep_wait",
                 "last_error", "pages_by_node", "move_failures_by_errno")
         out["mtp_stats"] = {k: stats[k] for k in keep if k in stats}
     print("@@MTPW " + json.dumps(out, sort_keys=True), flush=True)

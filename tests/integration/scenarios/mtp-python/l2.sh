@@ -30,7 +30,9 @@ WORKLOADS=nx
 PCTS=50
 NX_SIZE=1200
 ORM_SIZE=1500
-ROUNDS=3
+# long enough for MTP to act: a marking pass and two sweeps (about 6 s
+# under nested TCG) come before its first migration round
+ROUNDS=10
 ORM_ROUNDS=30 # an ORM round is about 20x shorter than a NetworkX one
 INTERVAL=0.5
 PHASES="none mtp numab"
@@ -193,7 +195,7 @@ for w in $WORKLOADS; do
         for ph in $PHASES; do
             case $ph in
             none) args="" ;;
-            mtp) args="--mtp --mask 1 --interval $INTERVAL --pressure-mb $((want_kb * 2 / 1024 + 16)) --fmem-reserve-mb 2 --samples-per-migration 4" ;;
+            mtp) args="--mtp --mask 1 --interval $INTERVAL --pressure-mb $((want_kb * 2 / 1024 + 16)) --fmem-reserve-mb 2 --samples-per-migration 2" ;;
             numab)
                 echo 2 >/proc/sys/kernel/numa_balancing
                 echo true >/sys/kernel/mm/numa/demotion_enabled

@@ -92,6 +92,14 @@ def _tick() -> None:
     tracer.tick()
 
 
+def _sample_frames() -> None:
+    """Runs one frame-sampler look now (tests)."""
+    tracer = _tracer
+    if tracer is None:
+        raise RuntimeError("mtp is not running")
+    tracer.sample_frames()
+
+
 def _end_at_exit() -> None:
     if _tracer is not None:
         end()

@@ -33,6 +33,25 @@ class Tuning:
     max_marking_share: float = 0.05  # marking may take at most this share of traced time
     fmem_reserve: int = 64 << 20  # FMem bytes promotions never use without demotions
     history: int = 8  # eagerness z-score window
+    frame_samples: int = 16  # frame-sampler looks per sample interval (0: off)
+    frame_depth: int = 64  # frames per thread the frame sampler reads
+    max_sampling_share: float = 0.1  # sweeps plus frame samples: at most this share of time
+
+    def __post_init__(self) -> None:
+        if self.frame_samples < 0 or self.frame_depth < 1:
+            raise ValueError("frame_samples must be >= 0 and frame_depth >= 1")
+        if not 0 < self.max_sampling_share < 1:
+            raise ValueError("max_sampling_share must be in (0, 1)")
+
+
+def adaptive_wait(base: float, took: float, share: float) -> float:
+    """The wait after a phase that took ``took`` seconds: ``base``, stretched
+    so that the phase takes at most ``share`` of the time (took / (took +
+    wait) <= share). The sampling overhead bound: a sweep over many objects
+    on a slow CPU (TCG) spaces the sweeps out instead of eating the program."""
+    if not took > 0:
+        return base
+    return max(base, took * (1.0 - share) / share)
 
 
 class Tracer:
@@ -80,6 +99,11 @@ class Tracer:
             "migration": "not run yet",
             "time_marking": 0.0,
             "time_sampling": 0.0,
+            "time_frame_sampling": 0.0,
+            "frame_samples": 0,
+            "frame_hits": 0,
+            "sweep_wait": interval,
+            "sweep_last_s": 0.0,
             "time_migrating": 0.0,
             "last_error": None,
         }
@@ -102,30 +126,66 @@ class Tracer:
             self.s["state"] = "stopped"
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
+        # Half the sampling budget each for the refcount sweeps and for the
+        # frame samples between them; both waits stretch to keep to it.
+        share = self.tuning.max_sampling_share / 2
+        frames = self.tuning.frame_samples
+        sweep_wait = self.interval
+        frame_wait = self.interval / frames if frames else math.inf
+        next_sweep = time.monotonic() + sweep_wait
+        while True:
+            now = time.monotonic()
+            wait = next_sweep - now
+            if frames and self.s["state"] == "tracing":
+                wait = min(wait, frame_wait)
+            if self._stop.wait(max(0.0, wait)):
+                return
             try:
-                self.tick()
+                if time.monotonic() >= next_sweep:
+                    took = self.tick()
+                    sweep_wait = adaptive_wait(self.interval, took, share)
+                    self.s["sweep_wait"] = sweep_wait
+                    next_sweep = time.monotonic() + sweep_wait
+                elif frames:
+                    took = self.sample_frames()
+                    frame_wait = adaptive_wait(self.interval / frames, took, share)
             except Exception:  # never take the program down; say what happened
                 self.s["last_error"] = traceback.format_exc(limit=3)
                 self.s["state"] = "failed"
                 return
 
+    def sample_frames(self) -> float:
+        """One look at the other threads' frames; returns the time it took."""
+        with self._lock:
+            if self._stop.is_set() or not self.marked_once:
+                return 0.0
+            t = time.perf_counter()
+            r = _core.sample_frames(self.tuning.frame_depth)
+            took = time.perf_counter() - t
+            self.s["frame_samples"] += 1
+            self.s["frame_hits"] += r["hits"]
+            self.s["time_frame_sampling"] += took
+            self.s["time_sampling"] += took
+            return took
+
     def fmem_free(self) -> int:
         return sum(_topology.free_bytes(n) for n in self.fast)
 
-    def tick(self) -> None:
-        """One interval of the pipeline."""
+    def tick(self) -> float:
+        """One interval of the pipeline; returns the time the sweep took."""
         with self._lock:
             if self._stop.is_set():
-                return
+                return 0.0
             if self.fmem_free() >= self.mem_pressure:
                 self.s["state"] = "idle (FMem free above mem_pressure)"
-                return
+                return 0.0
             self.s["state"] = "tracing"
             self._maybe_mark()
             t = time.perf_counter()
             _core.sample(self.tuning.batch)
-            self.s["time_sampling"] += time.perf_counter() - t
+            took = time.perf_counter() - t
+            self.s["time_sampling"] += took
+            self.s["sweep_last_s"] = took
             self.s["samples"] += 1
             self.samples_since_migration += 1
             if self.samples_since_migration >= self.tuning.samples_per_migration:
@@ -133,6 +193,7 @@ class Tracer:
                 t = time.perf_counter()
                 self._migrate()
                 self.s["time_migrating"] += time.perf_counter() - t
+            return took
 
     def _maybe_mark(self) -> None:
         now = self._collections()

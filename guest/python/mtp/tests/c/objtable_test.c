@@ -24,8 +24,30 @@ static uint64_t key_of(size_t i)
 	} \
 } while (0)
 
+/* The packed 4-bit change history: slots independent, values saturate. */
+static int check_history_packing(void)
+{
+	struct mtp_obj o = { 0 };
+	uint8_t h[MTP_HISTORY];
+
+	for (unsigned int i = 0; i < MTP_HISTORY; i++)
+		mtp_obj_set_change(&o, i, i * 3);
+	mtp_obj_set_change(&o, 7, 1000);	/* saturates */
+	mtp_obj_set_change(&o, 2, 0);	/* clears one slot only */
+	mtp_obj_history(&o, h);
+	for (unsigned int i = 0; i < MTP_HISTORY; i++) {
+		unsigned int want = i == 2 ? 0 : i * 3 > MTP_CHANGE_MAX ? MTP_CHANGE_MAX : i * 3;
+
+		CHECK(h[i] == want && mtp_obj_change(&o, i) == want);
+	}
+	CHECK(sizeof(o) == 12);
+	return 0;
+}
+
 int main(void)
 {
+	if (check_history_packing())
+		return 1;
 	static uint8_t present[KEYS];
 	struct mtp_objtable t = { 0 };
 	size_t live = 0;
@@ -39,12 +61,12 @@ int main(void)
 		if (op < 5) {
 			struct mtp_obj *o = mtp_objtable_insert(&t, key_of(i), &created);
 
-			CHECK(o && o->key == key_of(i));
+			CHECK(o && mtp_obj_key(o) == key_of(i));
 			CHECK(created == !present[i]);
 			if (created) {
 				CHECK(o->fresh && !o->prev);
-				o->prev = (uint32_t)i;	/* payload to follow through rehashes */
-				o->changes[i % MTP_HISTORY] = (uint8_t)i;
+				o->prev = (uint8_t)i;	/* payload to follow through rehashes */
+				mtp_obj_set_change(o, i % MTP_HISTORY, i % 16);
 				present[i] = 1;
 				live++;
 			}
@@ -56,8 +78,8 @@ int main(void)
 			struct mtp_obj *o = mtp_objtable_find(&t, key_of(i));
 
 			CHECK(!!o == present[i]);
-			CHECK(!o || (o->prev == (uint32_t)i &&
-				     o->changes[i % MTP_HISTORY] == (uint8_t)i));
+			CHECK(!o || (o->prev == (uint8_t)i &&
+				     mtp_obj_change(o, i % MTP_HISTORY) == i % 16));
 		} else if (round % 1000 == 0) {
 			CHECK(mtp_objtable_compact(&t) == 0);
 			CHECK(t.tombstones == 0);
@@ -69,7 +91,7 @@ int main(void)
 		struct mtp_obj *o = mtp_objtable_find(&t, key_of(i));
 
 		CHECK(!!o == present[i]);
-		CHECK(!o || o->prev == (uint32_t)i);
+		CHECK(!o || o->prev == (uint8_t)i);
 	}
 	CHECK(!mtp_objtable_find(&t, MTP_KEY_EMPTY));
 	CHECK(!mtp_objtable_find(&t, MTP_KEY_TOMBSTONE));
