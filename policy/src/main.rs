@@ -88,14 +88,14 @@ enum Cmd {
         /// Where to write the model (safetensors).
         #[arg(long)]
         out: PathBuf,
-        /// Simulated episodes.
-        #[arg(long, default_value_t = 300)]
+        /// Simulated episodes (the defaults made the shipped model).
+        #[arg(long, default_value_t = 1200)]
         episodes: usize,
         /// Seconds per episode.
         #[arg(long, default_value_t = 300)]
         seconds: u64,
         /// RNG seed.
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, default_value_t = 5)]
         seed: u64,
     },
     /// Build a BE VM's throughput profile by sweeping its FMem balloon.

@@ -2,7 +2,7 @@
 //! Algorithm 1), on candle: a tanh-squashed Gaussian actor, twin Q critics
 //! with Polyak-averaged targets, a replay buffer and automatic entropy
 //! tuning. State: FMem usage ratio, FMem access ratio, normalised access
-//! count. Action: one scalar in [-1, 1], scaled by the caller to eq. 1's
+//! count (Algorithm 1) and the last p99 over the SLO. Action: one scalar in [-1, 1], scaled by the caller to eq. 1's
 //! bound.
 
 use std::collections::VecDeque;
@@ -14,7 +14,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 /// Number of state features.
-pub const STATE_DIM: usize = 3;
+pub const STATE_DIM: usize = 4;
 const LOG_STD_MIN: f32 = -5.0;
 const LOG_STD_MAX: f32 = 2.0;
 const LN_2PI_HALF: f64 = 0.918_938_533_204_672_7;
@@ -205,8 +205,51 @@ impl Sac {
             rng,
             trained_rounds: 0,
         };
+        sac.seeded_init()?;
         sac.soft_update(1.0)?;
         Ok(sac)
+    }
+
+    /// Re-draws the actor's and critics' initial weights from the seeded
+    /// RNG, with candle's own initial distributions (weights Kaiming-normal
+    /// for ReLU, N(0, 2/fan_in); biases U(±1/√fan_in)): candle's CPU RNG
+    /// cannot be seeded, and `tier-policy train --seed` must give the same
+    /// model every time.
+    fn seeded_init(&mut self) -> candle_core::Result<()> {
+        let named: Vec<(String, Var)> = {
+            let data = self.vars.data().lock().unwrap_or_else(|e| e.into_inner());
+            let mut v: Vec<(String, Var)> = data
+                .iter()
+                .filter(|(k, _)| ["actor.", "q1.", "q2."].iter().any(|p| k.starts_with(p)))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v
+        };
+        let fan_in = |name: &str| -> Option<usize> {
+            let weight = format!("{}.weight", name.strip_suffix(".bias")?);
+            named
+                .iter()
+                .find(|(k, _)| *k == weight)
+                .and_then(|(_, w)| w.dims().get(1).copied())
+        };
+        for (name, var) in &named {
+            let n = var.elem_count();
+            let values: Vec<f32> = if name.ends_with(".weight") {
+                let std = (2.0 / var.dims().get(1).copied().unwrap_or(1).max(1) as f64).sqrt();
+                self.gaussian(n)
+                    .into_iter()
+                    .map(|x| (f64::from(x) * std) as f32)
+                    .collect()
+            } else {
+                let bound = 1.0 / (fan_in(name).unwrap_or(1).max(1) as f64).sqrt();
+                (0..n)
+                    .map(|_| self.rng.random_range(-bound..bound) as f32)
+                    .collect()
+            };
+            var.set(&Tensor::from_vec(values, var.shape(), &self.dev)?)?;
+        }
+        Ok(())
     }
 
     /// Loads weights saved by [`Sac::save`] into a fresh agent.
@@ -438,7 +481,7 @@ mod tests {
             ..SacConfig::default()
         })
         .unwrap();
-        let s = [0.5f32, 0.5, 0.5];
+        let s = [0.5f32, 0.5, 0.5, 0.5];
         for _ in 0..600 {
             let a = sac.act(s, true).unwrap();
             assert!((-1.0..=1.0).contains(&a));
@@ -456,7 +499,7 @@ mod tests {
         let path = dir.path().join("m.safetensors");
         let mut sac = Sac::new(SacConfig::default()).unwrap();
         sac.save(&path).unwrap();
-        let s = [0.1f32, 0.9, 0.3];
+        let s = [0.1f32, 0.9, 0.3, 0.2];
         let mut loaded = Sac::load(
             SacConfig {
                 seed: 99,
@@ -490,7 +533,7 @@ mod tests {
         sac.save(&path).unwrap();
         let bytes = std::fs::read(&path).unwrap();
         let mut from_bytes = Sac::load_bytes(SacConfig::default(), &bytes, "test").unwrap();
-        let s = [0.3f32, 0.2, 0.7];
+        let s = [0.3f32, 0.2, 0.7, 0.4];
         assert_eq!(
             sac.act(s, false).unwrap(),
             from_bytes.act(s, false).unwrap()
@@ -504,16 +547,31 @@ mod tests {
     }
 
     #[test]
+    fn a_seed_gives_the_same_agent() {
+        let s = [0.3f32, 0.2, 0.7, 0.4];
+        let mut a = Sac::new(SacConfig::default()).unwrap();
+        let mut b = Sac::new(SacConfig::default()).unwrap();
+        let mut c = Sac::new(SacConfig {
+            seed: 8,
+            ..SacConfig::default()
+        })
+        .unwrap();
+        let act = |x: &mut Sac| x.act(s, false).unwrap();
+        assert_eq!(act(&mut a), act(&mut b));
+        assert_ne!(act(&mut a), act(&mut c));
+    }
+
+    #[test]
     fn non_finite_transitions_are_not_stored() {
         let mut sac = Sac::new(SacConfig::default()).unwrap();
         let t = Transition {
-            s: [f32::NAN, 0.0, 0.0],
+            s: [f32::NAN, 0.0, 0.0, 0.0],
             a: 0.0,
             r: 1.0,
-            s2: [0.0; 3],
+            s2: [0.0; STATE_DIM],
         };
         assert_eq!(sac.observe(t).unwrap(), None);
         assert_eq!(sac.buffered(), 0);
-        assert!(sac.act([f32::NAN, 0.0, 0.0], false).unwrap().is_nan());
+        assert!(sac.act([f32::NAN, 0.0, 0.0, 0.0], false).unwrap().is_nan());
     }
 }

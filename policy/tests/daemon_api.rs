@@ -78,6 +78,31 @@ fn start_vmm_at_rate(
     ledger: Arc<Mutex<Ledger>>,
     rate: f64,
 ) -> FakeVmm {
+    start_vmm_guest(
+        name,
+        sock,
+        tier,
+        balloon,
+        hetero,
+        ledger,
+        rate,
+        f64::INFINITY,
+    )
+}
+
+/// A fake VMM whose guest moves the balloon at `rate` bytes/s but cannot
+/// inflate it beyond `max_balloon` bytes (its FMem is full of pages in use).
+#[allow(clippy::too_many_arguments)]
+fn start_vmm_guest(
+    name: &str,
+    sock: &Path,
+    tier: u64,
+    balloon: u64,
+    hetero: bool,
+    ledger: Arc<Mutex<Ledger>>,
+    rate: f64,
+    max_balloon: f64,
+) -> FakeVmm {
     let _ = std::fs::remove_file(sock);
     let (tx, rx) = channel().unwrap();
     let kill = EventFd::new(libc::EFD_NONBLOCK).unwrap();
@@ -103,7 +128,7 @@ fn start_vmm_at_rate(
             last = Instant::now();
             let step = rate * dt;
             actual = if actual < target {
-                (actual + step).min(target)
+                (actual + step).min(target).min(max_balloon.max(actual))
             } else {
                 (actual - step).max(target)
             };
@@ -339,9 +364,107 @@ fn an_abandoned_slice_is_in_the_log() {
             "{vm} -> {new} was asked of the VMM but is not in the log: {decision}"
         );
     }
+    // The timeout (1 s) came before a stall (3 s): the shrink is left as
+    // it was, nothing is settled.
     assert_eq!(slices.last().unwrap()["reached"], false);
+    assert!(slices.iter().all(|s| s["settle"].is_null()), "{decision}");
     a.shutdown();
     b.shutdown();
+}
+
+#[test]
+fn a_stalled_donor_is_settled_and_spared_while_the_others_give() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("socks")).unwrap();
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    const U: u64 = 256 << 20;
+    // Budget 24 units: a holds 16, b 8, c 0; static wants 8 each. a's
+    // guest can free only 2.4 units: the second slice of its shrink
+    // stalls at 13.6 units held.
+    let a = start_vmm_guest(
+        "a",
+        &sock(dir.path(), "a"),
+        4 * GIB,
+        0,
+        true,
+        ledger.clone(),
+        RATE,
+        2.4 * U as f64,
+    );
+    let b = start_vmm(
+        "b",
+        &sock(dir.path(), "b"),
+        4 * GIB,
+        2 * GIB,
+        true,
+        ledger.clone(),
+    );
+    let c = start_vmm(
+        "c",
+        &sock(dir.path(), "c"),
+        4 * GIB,
+        4 * GIB,
+        true,
+        ledger.clone(),
+    );
+    let cfg = config(dir.path(), "6G", "stall_s = 0.3\n");
+    let mut d = Daemon::new(cfg, Box::new(StaticSplit), &STOP).unwrap();
+    d.cycle();
+    let t0 = Instant::now();
+    d.cycle();
+    assert!(
+        t0.elapsed().as_secs_f64() < 3.0,
+        "a stall is seen after stall_s, not the 5 s resize timeout"
+    );
+    {
+        let l = ledger.lock().unwrap();
+        // a was set back to the unit it stopped in: whole units, at rest.
+        assert_eq!(l.held["a"], 14 * U, "{:?}", l.resizes);
+        assert!(l.max_sum <= 24 * U, "Σ FMem held reached {}", l.max_sum);
+    }
+    let log = log_lines(dir.path());
+    let first = log.iter().find(|e| e["event"] == "decision").unwrap();
+    let outcome = first["outcome"].as_str().unwrap();
+    assert!(outcome.contains("stalled (a"), "{first}");
+    let st = tier_policy::daemon::read_status(&dir.path().join("state")).unwrap();
+    assert_eq!(st.stalled_donors, 1);
+    let settle = first["slices"].as_array().unwrap().last().unwrap();
+    assert_eq!(settle["settle"], true, "{first}");
+    assert_eq!(settle["grow"], serde_json::json!([["a", 14]]));
+    // The next decision does not ask a to shrink (its floor is its
+    // minimum; static splits what is above the minimums equally) and
+    // takes the FMem from b instead.
+    d.cycle();
+    let log = log_lines(dir.path());
+    let second = log
+        .iter()
+        .filter(|e| e["event"] == "decision")
+        .nth(1)
+        .unwrap();
+    assert_eq!(second["outcome"], "done", "{second}");
+    assert!(
+        second["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("a: its guest could not free FMem"),
+        "{second}"
+    );
+    let l = ledger.lock().unwrap();
+    let units: Vec<u64> = ["a", "b", "c"].iter().map(|n| l.held[*n] / U).collect();
+    assert_eq!(units, vec![16, 4, 4]);
+    assert!(
+        !l.resizes
+            .iter()
+            .skip_while(|r| r.0 != "b")
+            .any(|r| r.0 == "a" && r.2 < r.1),
+        "a was asked to shrink again: {:?}",
+        l.resizes
+    );
+    assert!(l.max_sum <= 24 * U, "Σ FMem held reached {}", l.max_sum);
+    drop(l);
+    for v in [a, b, c] {
+        v.shutdown();
+    }
 }
 
 #[test]

@@ -7,8 +7,9 @@
 # and CPU at 8, 64 and 256 VMs. A calibration check comes first in the
 # output: hotness must show the paper's Table 4 violation pattern.
 #
-# Uses the pretrained LC model policy/models/lc-sac.safetensors (made by
-# `tier-policy train`); BENCH_MTAT_RETRAIN=1 trains a fresh one first.
+# Uses the pretrained LC model policy/models/lc-sac.safetensors;
+# BENCH_MTAT_RETRAIN=1 trains a fresh one first with the command that made
+# it (the same seed gives the same file; one thread is the faster, ~1.5 min).
 # Prints one JSON line on stdout (progress on stderr).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -20,6 +21,6 @@ if [[ ${BENCH_MTAT_RETRAIN:-0} == 1 || ! -f $MODEL ]]; then
     mkdir -p "$ROOT/build"
     MODEL=$ROOT/build/lc-sac.safetensors
     echo "training the LC agent in the simulator -> $MODEL" >&2
-    "$BIN" train --out "$MODEL" >&2
+    RAYON_NUM_THREADS=1 "$BIN" train --out "$MODEL" --episodes 1200 --seed 5 >&2
 fi
 exec "$BIN" bench --model "$MODEL"

@@ -12,6 +12,8 @@
 //! socket_dir = "/run/vmm"  # every *.sock here is a VMM
 //! state_dir = "/var/lib/tier-policy"   # decisions.jsonl, status.json
 //! metrics_listen = "127.0.0.1:9464"
+//! resize_timeout_s = 30    # a slice not done by then is abandoned
+//! stall_s = 3              # a donor's balloon still this long: stalled
 //!
 //! [[vm]]
 //! name = "redis"
@@ -76,6 +78,8 @@ struct HostFile {
     metrics_listen: Option<String>,
     #[serde(default)]
     resize_timeout_s: Option<f64>,
+    #[serde(default)]
+    stall_s: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -169,6 +173,9 @@ pub struct Config {
     pub metrics_listen: Option<String>,
     /// How long one slice may take before the daemon replans.
     pub resize_timeout_s: f64,
+    /// How long a donor's balloon may stand still, short of its target,
+    /// before the daemon calls it stalled (its guest cannot free FMem now).
+    pub stall_s: f64,
     /// Configured VMs.
     pub vms: Vec<VmConfig>,
 }
@@ -256,6 +263,10 @@ impl Config {
         let resize_timeout_s = f.host.resize_timeout_s.unwrap_or(30.0);
         if !(resize_timeout_s.is_finite() && resize_timeout_s > 0.0) {
             return Err(inv("host.resize_timeout_s must be positive".into()));
+        }
+        let stall_s = f.host.stall_s.unwrap_or(3.0);
+        if !(stall_s.is_finite() && stall_s > 0.0) {
+            return Err(inv("host.stall_s must be positive".into()));
         }
         let mut vms = Vec::new();
         for v in f.vm {
@@ -361,6 +372,7 @@ impl Config {
                 .unwrap_or_else(|| base.join("tier-policy-state")),
             metrics_listen: f.host.metrics_listen,
             resize_timeout_s,
+            stall_s,
             vms,
         })
     }
@@ -400,6 +412,7 @@ name = "gups"
         assert_eq!(c.vms[1].slo_ms, None);
         assert_eq!(c.p_max_bytes, 1 << 30);
         assert_eq!(c.policy, "mtat");
+        assert_eq!(c.stall_s, 3.0);
     }
 
     #[test]
@@ -441,6 +454,8 @@ name = "gups"
                 GOOD.replace("[host]", "[host]\npolicy = \"magic\""),
                 "not one of",
             ),
+            (GOOD.replace("[host]", "[host]\nstall_s = 0"), "stall_s"),
+            (GOOD.replace("[host]", "[host]\nstall_s = -1.5"), "stall_s"),
             (GOOD.replace("[host]", "[host]\nbogus = 1"), "unknown field"),
             (
                 format!("{GOOD}\n[[vm]]\nname = \"gups\"\n"),

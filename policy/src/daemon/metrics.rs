@@ -46,6 +46,9 @@ pub struct Status {
     pub decision_errors: u64,
     /// Slices that timed out (replanned next interval).
     pub replans: u64,
+    /// Donors whose shrink stalled in the guest (settled and floored).
+    #[serde(default)]
+    pub stalled_donors: u64,
     /// VMs dropped because their VMM vanished or failed.
     pub vms_dropped: u64,
     /// Latency reads that failed (counted as violations).
@@ -111,6 +114,12 @@ pub fn render(s: &Status) -> String {
         "counter",
         "Resize slices that timed out",
         one(s.replans as f64),
+    );
+    g(
+        "stalled_donors_total",
+        "counter",
+        "Donors whose guest stopped short of a shrink (settled, spared for a few decisions)",
+        one(s.stalled_donors as f64),
     );
     g(
         "vms_dropped_total",
@@ -242,6 +251,7 @@ mod tests {
             policy: "mtat".into(),
             budget_bytes: 10,
             decisions: 3,
+            stalled_donors: 2,
             ..Default::default()
         };
         s.vms.insert(
@@ -265,6 +275,7 @@ mod tests {
         );
         let t = render(&s);
         assert!(t.contains("tier_policy_decisions_total 3\n"));
+        assert!(t.contains("tier_policy_stalled_donors_total 2\n"));
         assert!(
             t.contains("tier_policy_vm_fmem_share_bytes{vm=\"re\\\"dis\",class=\"lc\"} 4\n"),
             "{t}"

@@ -7,6 +7,7 @@ pub mod config;
 pub mod metrics;
 pub mod profile;
 pub mod signals;
+pub mod stall;
 pub mod vmm;
 
 use std::collections::BTreeMap;
@@ -25,6 +26,7 @@ use crate::sim::thread_cpu_s;
 use config::{Config, VmConfig};
 use metrics::{SharedStatus, VmStatus};
 use signals::{read_latency, AccessCounters};
+use stall::ReleaseFloors;
 use vmm::{Vmm, VmmSample};
 
 /// How often a slice's progress is polled: the API has no completion
@@ -53,6 +55,24 @@ pub struct Daemon {
     stop: &'static AtomicBool,
     /// FMem still held by VMMs that stopped answering, bytes.
     reserved: BTreeMap<String, u64>,
+    /// Donors whose guest could not free FMem lately.
+    floors: ReleaseFloors,
+}
+
+/// How a wait for balloons to reach their targets ended.
+#[derive(Debug, PartialEq)]
+enum Wait {
+    /// Every balloon's actual equals its target.
+    Reached,
+    /// These VMs' balloons stood still short of their targets for
+    /// `stall_s` (their guests cannot free or take FMem now).
+    Stalled(Vec<String>),
+    /// `resize_timeout_s` passed with balloons still moving.
+    TimedOut,
+    /// The daemon is stopping.
+    Stopped,
+    /// A VMM did not answer or went away.
+    Failed,
 }
 
 fn now_s() -> f64 {
@@ -93,6 +113,7 @@ impl Daemon {
             cycles: 0,
             stop,
             reserved: BTreeMap::new(),
+            floors: ReleaseFloors::default(),
         })
     }
 
@@ -171,6 +192,7 @@ impl Daemon {
         for g in gone {
             log::warn!("{g}: socket gone, VM dropped");
             self.vms.remove(&g);
+            self.floors.forget(&g);
             self.with_status(|s| {
                 s.vms_dropped += 1;
                 s.vms.remove(&g);
@@ -200,6 +222,7 @@ impl Daemon {
                     self.reserved.remove(&cfg.name);
                 }
                 Err(e) => {
+                    self.floors.forget(&cfg.name);
                     if let Some(tr) = self.vms.remove(&cfg.name) {
                         // A VMM that fails while its socket is still there may
                         // still hold its FMem: keep that reserved until it
@@ -339,6 +362,10 @@ impl Daemon {
         }
         let reserved: u64 = self.reserved.values().sum();
         let budget_bytes = self.cfg.budget_bytes.saturating_sub(reserved);
+        let mut views = views;
+        let floor_notes = self
+            .floors
+            .apply(&mut views, budget_bytes / self.cfg.unit_bytes);
         let view = HostView {
             budget_units: budget_bytes / self.cfg.unit_bytes,
             max_step_units: ((self.move_rate * self.cfg.interval_s / 2.0)
@@ -383,7 +410,7 @@ impl Daemon {
             log::info!("{n}");
         }
         entry["targets"] = json!(alloc.targets);
-        entry["notes"] = json!(alloc.notes);
+        entry["notes"] = json!(floor_notes.iter().chain(&alloc.notes).collect::<Vec<_>>());
         let moves: Vec<VmMove> = view
             .vms
             .iter()
@@ -445,31 +472,95 @@ impl Daemon {
     }
 
     /// Waits until every `(vm, share)` is reached (the FMem balloon's
-    /// actual equals its target) or the timeout passes.
-    fn wait_reached(&mut self, wanted: &[(String, u64)]) -> bool {
-        let deadline = Instant::now() + Duration::from_secs_f64(self.cfg.resize_timeout_s);
+    /// actual equals its target), no balloon short of its target has
+    /// moved for `stall_s`, or `resize_timeout_s` passes.
+    fn wait_reached(&mut self, wanted: &[(String, u64)]) -> Wait {
+        let start = Instant::now();
+        let deadline = start + Duration::from_secs_f64(self.cfg.resize_timeout_s);
+        let stall = Duration::from_secs_f64(self.cfg.stall_s);
+        let mut last_move = start;
+        let mut last_actual: BTreeMap<&str, u64> = BTreeMap::new();
         loop {
-            let mut all = true;
+            let mut short = Vec::new();
             for (vm, _) in wanted {
                 let Some(tr) = self.vms.get_mut(vm) else {
-                    return false;
+                    return Wait::Failed;
                 };
                 match tr.vmm.sample(tr.fmem_tier) {
                     Ok(s) => {
-                        all &= s.fmem_balloon.0 == s.fmem_balloon.1;
+                        let (target, actual) = s.fmem_balloon;
+                        if target != actual {
+                            short.push(vm.clone());
+                        }
+                        if last_actual.insert(vm, actual).is_some_and(|a| a != actual) {
+                            last_move = Instant::now();
+                        }
                         tr.sample = Some(s);
                     }
-                    Err(_) => return false,
+                    Err(_) => return Wait::Failed,
                 }
             }
-            if all {
-                return true;
+            if short.is_empty() {
+                return Wait::Reached;
             }
-            if Instant::now() >= deadline || self.stop.load(Ordering::Relaxed) {
-                return false;
+            if self.stop.load(Ordering::Relaxed) {
+                return Wait::Stopped;
+            }
+            let now = Instant::now();
+            if now.duration_since(last_move) >= stall {
+                return Wait::Stalled(short);
+            }
+            if now >= deadline {
+                return Wait::TimedOut;
             }
             std::thread::sleep(RESIZE_POLL);
         }
+    }
+
+    /// After a shrink stalled: each donor still short of its target is set
+    /// to the unit it stopped in (so that its guest stops fighting its
+    /// workload for FMem and the share is whole units again) and gets a
+    /// release floor there. That unit is at most the share the donor held
+    /// before the slice, and the slice's receivers have not grown yet, so
+    /// the budget holds; it is checked against fresh samples all the same,
+    /// and a donor that would not fit keeps its target. Returns the settle
+    /// slice for the log, if any.
+    fn settle_stalled(
+        &mut self,
+        stalled: &[String],
+        slice: &[(String, u64)],
+    ) -> Option<serde_json::Value> {
+        let unit = self.cfg.unit_bytes;
+        let mut held_now = self.committed() + self.reserved.values().sum::<u64>();
+        let mut settle = Vec::new();
+        for (vm, units) in slice.iter().filter(|(vm, _)| stalled.contains(vm)) {
+            let Some(s) = self.vms.get(vm).and_then(|t| t.sample.as_ref()) else {
+                continue;
+            };
+            let share = s.share_bytes();
+            let held = share.div_ceil(unit);
+            log::warn!(
+                "{vm}: its guest stopped at {share} of {} bytes of FMem; held at {held} units for the next decisions",
+                units * unit
+            );
+            self.floors.record(vm, held);
+            self.with_status(|st| st.stalled_donors += 1);
+            let growth = (held * unit).saturating_sub(share);
+            if held > *units && held_now + growth <= self.cfg.budget_bytes {
+                held_now += growth;
+                settle.push((vm.clone(), held));
+            }
+        }
+        if settle.is_empty() {
+            return None;
+        }
+        let t0 = Instant::now();
+        let asked = self.resize_all(&settle);
+        let reached = asked.is_ok() && self.wait_reached(&settle) == Wait::Reached;
+        Some(json!({
+            "shrink": [], "grow": settle, "settle": true, "elapsed_s": t0.elapsed().as_secs_f64(),
+            "committed_bytes": self.committed() + self.reserved.values().sum::<u64>(), "reached": reached,
+        }))
     }
 
     fn resize_all(&mut self, set: &[(String, u64)]) -> Result<(), String> {
@@ -506,13 +597,27 @@ impl Daemon {
                 abandoned(self, &mut out);
                 return (out, format!("replan: slice {k} shrink failed: {e}"));
             }
-            if !self.wait_reached(&sl.shrink) {
+            let waited = self.wait_reached(&sl.shrink);
+            let why = match &waited {
+                Wait::Reached => None,
+                Wait::Stalled(vms) => Some(format!(
+                    "stalled ({} still short after {} s without progress)",
+                    vms.join(", "),
+                    self.cfg.stall_s
+                )),
+                Wait::TimedOut => {
+                    Some(format!("did not finish in {} s", self.cfg.resize_timeout_s))
+                }
+                Wait::Stopped => Some("the daemon is stopping".to_string()),
+                Wait::Failed => Some("lost a VMM".to_string()),
+            };
+            if let Some(why) = why {
                 abandoned(self, &mut out);
-                let why = if self.stop.load(Ordering::Relaxed) {
-                    "the daemon is stopping".to_string()
-                } else {
-                    format!("did not finish in {} s", self.cfg.resize_timeout_s)
-                };
+                // Only a stall: a shrink still moving at the timeout is
+                // left to finish, and the next interval replans from it.
+                if let Wait::Stalled(vms) = &waited {
+                    out.extend(self.settle_stalled(vms, &sl.shrink));
+                }
                 return (out, format!("replan: slice {k} shrink {why}"));
             }
             let growth: u64 = sl
@@ -537,7 +642,8 @@ impl Daemon {
                 return (out, format!("replan: slice {k} grow failed: {e}"));
             }
             let sum_after_grow_request = self.committed();
-            let reached = self.wait_reached(&sl.grow);
+            let grown = self.wait_reached(&sl.grow);
+            let reached = grown == Wait::Reached;
             moved += growth;
             let secs = t0.elapsed().as_secs_f64();
             if moved > 0 && secs > 0.05 && reached {
@@ -552,10 +658,7 @@ impl Daemon {
             if !reached {
                 return (
                     out,
-                    format!(
-                        "replan: slice {k} growth did not finish in {} s",
-                        self.cfg.resize_timeout_s
-                    ),
+                    format!("replan: slice {k} growth did not finish: {grown:?}"),
                 );
             }
         }

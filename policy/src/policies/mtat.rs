@@ -81,6 +81,24 @@ pub fn reward(slo_met: bool, fmem_usage_ratio: f64) -> f32 {
     }
 }
 
+/// The p99 of the last interval over the SLO, the state's fourth entry,
+/// capped at [`SLACK_CAP`]; a missing or non-finite p99 reads as the cap
+/// (a violation, never a success).
+///
+/// Algorithm 1's state (usage ratio, access ratio, access count) says how
+/// loaded the VM is but not how close it runs to its SLO; with it alone
+/// the actor settled at several times the smallest share that meets the
+/// SLO (docs/policy.md). The slack is what a minimal share is defined by.
+pub fn slo_slack(p99_ms: Option<f64>, slo_ms: f64) -> f32 {
+    match p99_ms {
+        Some(p) if p.is_finite() && slo_ms > 0.0 => (p / slo_ms).clamp(0.0, SLACK_CAP) as f32,
+        _ => SLACK_CAP as f32,
+    }
+}
+
+/// Largest SLO slack the state carries (p99 at twice the SLO or worse).
+pub const SLACK_CAP: f64 = 2.0;
+
 /// Eq. 1: an action in [-1, 1] as a change of at most `max_step` units.
 pub fn action_to_delta(action: f32, max_step: u64) -> i64 {
     let a = f64::from(action).clamp(-1.0, 1.0);
@@ -136,9 +154,10 @@ impl Mtat {
         self.cfg.learn = learn;
     }
 
-    /// Algorithm 1's state for one LC VM; `None` entries are filled
-    /// conservatively, non-finite ones are passed on (the caller falls back).
-    fn state(&self, v: &VmView, track: &LcTrack) -> [f32; STATE_DIM] {
+    /// Algorithm 1's state for one LC VM, plus the SLO slack; `None`
+    /// entries are filled conservatively, non-finite ones are passed on
+    /// (the caller falls back).
+    fn state(&self, v: &VmView, track: &LcTrack, slo_ms: f64) -> [f32; STATE_DIM] {
         let usage = v
             .obs
             .fmem_usage_ratio
@@ -151,7 +170,12 @@ impl Mtat {
             Some(r) if !r.is_finite() => r,
             _ => 1.0,
         };
-        [usage as f32, access as f32, count as f32]
+        [
+            usage as f32,
+            access as f32,
+            count as f32,
+            slo_slack(v.obs.p99_ms, slo_ms),
+        ]
     }
 
     fn decide_lc(
@@ -184,7 +208,7 @@ impl Mtat {
         } else {
             track.violations_in_row + 1
         };
-        let s = self.state(v, &track);
+        let s = self.state(v, &track, slo_ms);
         let finite_state = s.iter().all(|x| x.is_finite());
         if let (Some((ps, pa)), true, true) = (track.prev, finite_state, self.cfg.learn) {
             // Eq. 2 on the interval the action produced: its p99 and the
@@ -389,6 +413,16 @@ mod tests {
         assert_eq!(action_to_delta(-3.0, 6), -6);
         assert_eq!(action_to_delta(0.5, 6), 3);
         assert_eq!(action_to_delta(f32::NAN, 6).abs(), 0);
+    }
+
+    #[test]
+    fn slo_slack_caps_and_counts_missing_latency_as_over() {
+        assert_eq!(slo_slack(Some(10.0), 20.0), 0.5);
+        assert_eq!(slo_slack(Some(-1.0), 20.0), 0.0);
+        assert_eq!(slo_slack(Some(1e9), 20.0), SLACK_CAP as f32);
+        assert_eq!(slo_slack(None, 20.0), SLACK_CAP as f32);
+        assert_eq!(slo_slack(Some(f64::NAN), 20.0), SLACK_CAP as f32);
+        assert_eq!(slo_slack(Some(f64::INFINITY), 20.0), SLACK_CAP as f32);
     }
 
     #[test]
