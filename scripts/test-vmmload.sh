@@ -226,7 +226,7 @@ fi
 echo "== signals delivered to the program's handlers"
 if gcc $CFLAGS -pthread -o "$WORK/signals" "$SRC/signals.c"; then
 	for m in alarm-spin alarm-read alarm-read-restart sigpipe sigpipe-ignored sigchld faults \
-		altstack nested sigsuspend sigtimedwait ppoll timer threads fpstate storm sibling-storm resethand badhandler badstack badsigreturn sigreturn-unmapped; do
+		altstack nested sigsuspend sigtimedwait ppoll timer threads fpstate storm sibling-storm cow-storm resethand badhandler badstack badsigreturn sigreturn-unmapped; do
 		same_as_native "signals: $m" "$WORK/signals" $m
 	done
 	same_as_native "signals: SIG_IGN survives execve" /bin/sh -c 'trap "" USR1; exec "$0" inherit' "$WORK/signals"

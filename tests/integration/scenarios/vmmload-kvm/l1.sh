@@ -60,6 +60,10 @@ same threads "$TB_BIN/vl-threads"
 for m in alarm-spin alarm-read-restart sigpipe sigchld faults altstack nested sigsuspend ppoll fpstate resethand badsigreturn sibling-storm; do
     same "signals-$m" "$TB_BIN/vl-signals" "$m"
 done
+# The storm again, several times (storm.sh; a race once showed up in one
+# boot in four).
+# shellcheck source=storm.sh
+. "$TB_SCENARIO_DIR/storm.sh"
 # Dynamically linked programs (PT_INTERP loader), packed from the build host.
 dd if=/dev/urandom of=/tmp/vl-50m bs=1M count=50 2>/dev/null
 tb_check dynamic-programs-packed sh -c '[ -f /usr/bin/ls ] && [ ! -L /usr/bin/ls ] && [ -f /usr/bin/md5sum ] && [ ! -L /usr/bin/md5sum ]'
