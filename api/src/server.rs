@@ -55,6 +55,9 @@ pub struct ServerOptions {
     pub max_connections: usize,
     /// After the kill event, in-flight answers get this long to finish.
     pub shutdown_grace: Duration,
+    /// Run first thing on the server thread (the VMM's seccomp filter for
+    /// it); if it fails the server does not start.
+    pub confine_thread: Option<fn() -> io::Result<()>>,
 }
 
 impl Default for ServerOptions {
@@ -64,6 +67,7 @@ impl Default for ServerOptions {
             body_timeout: Duration::from_secs(10),
             max_connections: 64,
             shutdown_grace: Duration::from_secs(2),
+            confine_thread: None,
         }
     }
 }
@@ -111,9 +115,17 @@ pub fn start_http_server_with(
         ApiSocket::Path(p) => Some(p),
         ApiSocket::Fd(_) => None,
     };
-    std::thread::Builder::new()
+    let confine = options.confine_thread;
+    let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+    let handle = std::thread::Builder::new()
         .name("http-server".into())
         .spawn(move || {
+            let confined = confine.map_or(Ok(()), |f| f());
+            let ok = confined.is_ok();
+            let _ = ready_tx.send(confined);
+            if !ok {
+                return;
+            }
             let server = Server {
                 sender,
                 options,
@@ -122,7 +134,20 @@ pub fn start_http_server_with(
             runtime.block_on(server.run(listener, kill));
             // Calls still blocked on a wedged VMM are abandoned.
             runtime.shutdown_timeout(Duration::from_millis(100));
-        })
+        })?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => Ok(handle),
+        Ok(Err(e)) => {
+            let _ = handle.join();
+            Err(e)
+        }
+        Err(_) => {
+            let _ = handle.join();
+            Err(io::Error::other(
+                "the API server thread died before it started",
+            ))
+        }
+    }
 }
 
 struct Server {

@@ -79,8 +79,17 @@ fn balloon_model(v: &Value) -> Option<BalloonSize> {
     }
 }
 
+/// `FUZZ_CASES` (scripts/fuzz.sh raises it), else `default`: the parser
+/// properties and the server driver honour it like every fuzz target.
+fn cases(default: u32) -> u32 {
+    std::env::var("FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig::with_cases(cases(512)))]
 
     #[test]
     fn routing_never_panics_and_answers_a_client_error(
@@ -204,7 +213,8 @@ fn random_mutated_requests_never_stop_the_server() {
         .collect();
     let mut rng = Rng(0x5eed_1234_abcd_ef01);
     let mut answered = 0;
-    for _ in 0..150 {
+    let requests = cases(150);
+    for _ in 0..requests {
         let seed = seeds[rng.below(seeds.len())].clone();
         let raw = mutate(&mut rng, seed);
         let mut s = h.connect();
@@ -223,6 +233,12 @@ fn random_mutated_requests_never_stop_the_server() {
             );
         }
     }
-    assert!(answered > 30, "only {answered} answers");
+    if std::env::var_os("FUZZ_STATS").is_some() {
+        println!("FUZZSTAT http requests={requests} answered={answered}");
+    }
+    assert!(
+        answered > requests / 5,
+        "only {answered} answers to {requests} requests"
+    );
     assert_eq!(h.get("vmm.ping").status, 200);
 }

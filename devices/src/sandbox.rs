@@ -1,14 +1,16 @@
 //! How device threads are started confined.
 //!
-//! Device threads start when the driver activates a device, on a vCPU
-//! thread. A thread inherits its creator's seccomp filter, so a device
-//! thread started there could only use what the vCPU filter allows too.
-//! Instead the VMM installs a [`SandboxHook`] and a spawner thread (started
-//! by the VMM thread, with its filter); [`spawn`] hands the new thread to
-//! the spawner, the new thread enters its own sandbox (the hook, keyed by
-//! thread name) before it runs anything else, and the caller learns whether
-//! that worked. Without an installed hook (tests, fuzzing) threads start
-//! directly and unconfined.
+//! A thread inherits its creator's seccomp filters, so a device thread
+//! started by the VMM thread (or a vCPU) could only use what that thread's
+//! filter allows too, and that filter would have to allow what devices
+//! need. Instead the VMM installs a [`SandboxHook`] and a spawner thread,
+//! started after the process-wide filter and before the main thread narrows
+//! its own; the spawner enters its own filter (the hook, with
+//! [`SPAWNER_THREAD`]), which allows what device threads need and thread
+//! creation. [`spawn`] hands the new thread to the spawner, the new thread
+//! enters its own sandbox (the hook, keyed by thread name) before it runs
+//! anything else, and the caller learns whether that worked. Without an
+//! installed hook (tests, fuzzing) threads start directly and unconfined.
 
 use std::io;
 use std::sync::mpsc::{self, Sender};

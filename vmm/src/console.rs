@@ -59,6 +59,18 @@ impl Drop for RawTerminal {
     }
 }
 
+/// Enters the console helpers' seccomp filter; a thread that cannot does
+/// nothing (its console loses input or the watchdog, the VM runs on).
+fn confined(name: &str) -> bool {
+    match crate::seccomp::enter(crate::seccomp::ThreadKind::ConsoleIo) {
+        Ok(()) => true,
+        Err(e) => {
+            log::error!("{name}: {e}; the thread stops");
+            false
+        }
+    }
+}
+
 /// How often the UART watchdog looks for interrupts the guest missed.
 const SERIAL_WATCHDOG_PERIOD: Duration = Duration::from_millis(250);
 
@@ -68,17 +80,22 @@ pub fn spawn_serial_watchdog(serial: &Arc<Mutex<SerialDevice>>) {
     let serial = Arc::downgrade(serial);
     let spawned = std::thread::Builder::new()
         .name("serial-watchdog".into())
-        .spawn(move || loop {
-            // A periodic tick, not a wait for an event: the condition it
-            // looks for is the absence of one.
-            std::thread::sleep(SERIAL_WATCHDOG_PERIOD);
-            let Some(serial) = serial.upgrade() else {
+        .spawn(move || {
+            if !confined("serial-watchdog") {
                 return;
-            };
-            serial
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .watchdog_tick();
+            }
+            loop {
+                // A periodic tick, not a wait for an event: the condition it
+                // looks for is the absence of one.
+                std::thread::sleep(SERIAL_WATCHDOG_PERIOD);
+                let Some(serial) = serial.upgrade() else {
+                    return;
+                };
+                serial
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .watchdog_tick();
+            }
         });
     if let Err(e) = spawned {
         log::warn!("serial watchdog disabled: {e}");
@@ -91,6 +108,9 @@ pub fn spawn_stdin_forwarder(serial: Arc<Mutex<SerialDevice>>) {
     let spawned = std::thread::Builder::new()
         .name("serial-in".into())
         .spawn(move || {
+            if !confined("serial-in") {
+                return;
+            }
             let mut buf = [0u8; 64];
             let mut stdin = std::io::stdin();
             loop {
@@ -147,6 +167,9 @@ pub fn virtio_console_stdin() -> Option<Arc<devices::virtio::ConsoleInput>> {
             let spawned = std::thread::Builder::new()
                 .name("console-in".into())
                 .spawn(move || {
+                    if !confined("console-in") {
+                        return;
+                    }
                     let mut buf = [0u8; 256];
                     let mut stdin = std::io::stdin();
                     loop {

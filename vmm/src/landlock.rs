@@ -1,13 +1,22 @@
-//! Landlock (`--landlock`): after start, the process can open only the
-//! files its configuration names.
+//! Landlock (`--landlock`, `--landlock-rules`, as Cloud Hypervisor spells
+//! them): after start, the process can open only the files its
+//! configuration names.
 //!
 //! The rules come from the VM configuration given on the command line:
 //! the payload and the entropy source (read), disks (read, or read-write
 //! unless `readonly=on`), zone files, `/dev/kvm` and, with NICs,
 //! `/dev/net/tun` (read-write), console output files, and the API
-//! socket's directory (to remove the socket at exit). Every reopen a
-//! guest reboot needs is among them. A VM created later through the API
-//! could name other files, so `--landlock` needs `--kernel`.
+//! socket's directory (to remove the socket at exit); plus every
+//! `--landlock-rules path=<path>,access=r|w|rw` (a file or a directory).
+//! Every reopen a guest reboot needs is among them.
+//!
+//! The domain is entered by the main thread before any other thread
+//! starts, so every thread is inside it (Landlock cannot be applied to
+//! threads that already run). Upstream enters it at `vm.create` instead;
+//! without `--kernel` there is no configuration yet, so here the domain
+//! holds `/dev/kvm`, `/dev/net/tun`, `/dev/urandom`, the API socket's
+//! directory and the `--landlock-rules`: a VM created later through the API
+//! must keep its files beneath those rules.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -26,8 +35,56 @@ const TARGET_ABI: ABI = ABI::V3;
 pub enum Allow {
     /// Open for reading (and list, for a directory).
     Read,
+    /// Write, create and remove beneath it, but not read.
+    Write,
     /// Read, write, create and remove beneath it.
     ReadWrite,
+}
+
+/// `--landlock-rules` syntax (upstream's).
+pub const RULES_SYNTAX: &str = "Landlock rules for paths a VM created or changed after start \
+    may use: path=<file or directory>,access=r|w|rw";
+
+/// Parses one `--landlock-rules` value: `path=<path>,access=r|w|rw`.
+pub fn parse_rule(input: &str) -> Result<(PathBuf, Allow), String> {
+    let mut p = option_parser::OptionParser::new();
+    p.add_all(&["path", "access"]);
+    p.parse(input)
+        .map_err(|e| format!("--landlock-rules {input:?}: {e}"))?;
+    let path = p
+        .get("path")
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| format!("--landlock-rules {input:?}: path= is required"))?;
+    let allow = match p.get("access") {
+        Some("r") => Allow::Read,
+        Some("w") => Allow::Write,
+        Some("rw") => Allow::ReadWrite,
+        Some(other) => {
+            return Err(format!(
+                "--landlock-rules {input:?}: access={other} is not one of r, w, rw"
+            ))
+        }
+        None => return Err(format!("--landlock-rules {input:?}: access= is required")),
+    };
+    Ok((PathBuf::from(path), allow))
+}
+
+/// The paths a VMM started without a VM configuration needs whatever VM
+/// is created later: KVM, TAPs and the default entropy source.
+pub fn rules_without_config(api_socket: Option<&Path>) -> Vec<(PathBuf, Allow)> {
+    let mut rules = vec![
+        (PathBuf::from("/dev/kvm"), Allow::ReadWrite),
+        (PathBuf::from("/dev/urandom"), Allow::Read),
+    ];
+    // A host without TUN cannot give a VM a NIC anyway.
+    let tun = Path::new("/dev/net/tun");
+    if tun.exists() {
+        rules.push((tun.to_path_buf(), Allow::ReadWrite));
+    }
+    if let Some(sock) = api_socket {
+        rules.push((parent_of(sock), Allow::ReadWrite));
+    }
+    rules
 }
 
 /// The paths `config` needs after start (and across guest reboots).
@@ -80,6 +137,7 @@ fn parent_of(path: &Path) -> PathBuf {
 pub fn restrict(rules: &[(PathBuf, Allow)]) -> io::Result<()> {
     let all = AccessFs::from_all(TARGET_ABI);
     let read = AccessFs::from_read(TARGET_ABI);
+    let write = AccessFs::from_write(TARGET_ABI);
     let paths = |want: Allow| {
         rules
             .iter()
@@ -91,6 +149,7 @@ pub fn restrict(rules: &[(PathBuf, Allow)]) -> io::Result<()> {
         .handle_access(all)
         .and_then(|r| r.create())
         .and_then(|r| r.add_rules(path_beneath_rules(paths(Allow::Read), read)))
+        .and_then(|r| r.add_rules(path_beneath_rules(paths(Allow::Write), write)))
         .and_then(|r| r.add_rules(path_beneath_rules(paths(Allow::ReadWrite), all)))
         .and_then(|r| r.restrict_self())
         .map_err(|e| io::Error::other(format!("landlock: {e}")))?;

@@ -1,13 +1,25 @@
 //! Seccomp filters, one per kind of thread (`--seccomp true|false|log`, as
 //! Cloud Hypervisor spells it).
 //!
-//! Filters stack: a thread keeps the filter of the thread that created it
-//! and adds its own. The VMM thread installs the broad [`ThreadKind::Vmm`]
-//! filter before it starts any other thread, so every thread is confined
-//! at least that far; vCPU and device threads then narrow it. Device
-//! threads are started by a spawner thread that carries only the VMM
-//! filter (`devices::sandbox`), so a device's filter does not have to allow
-//! what a vCPU needs, nor the reverse.
+//! Filters stack: a thread keeps the filters of the thread that created it
+//! and adds its own; a syscall passes only if every filter allows it. The
+//! main thread installs the [`ThreadKind::Process`] ceiling (the union of
+//! what any thread needs) before it starts any other thread, so nothing
+//! ever runs unfiltered. Each thread then narrows it to its role, first
+//! thing (the allowed groups per kind are in [`groups`], argument rules in
+//! [`arg_rules`]):
+//!
+//! | thread | filters | role |
+//! |---|---|---|
+//! | main | Process, Vmm | VM build/reboot/teardown, API requests; serves no socket |
+//! | `http-server` (+ its call pool) | Process, Api | the API socket; no file, no KVM |
+//! | `device-spawner` | Process, Spawner | starts device threads |
+//! | `virtio-*`, `balloon` | Process, Spawner, device | the data path: epoll, its own I/O |
+//! | `vcpuN` | Process, Vmm, Vcpu | KVM_RUN and the buses; no read, no open |
+//! | `serial-in`, `console-in`, `serial-watchdog` | Process, Vmm, ConsoleIo | stdin, ticks |
+//!
+//! There is no signal thread: termination signals arrive on a signalfd in
+//! the main thread's loop; the vCPU kick and SIGSYS are handlers.
 //!
 //! A denied syscall raises SIGSYS ([`SeccompMode::Trap`]); the handler
 //! writes the thread and syscall number to stderr and ends the process
@@ -19,6 +31,9 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::OnceLock;
+
+// The syscall numbers (SYS_*) and fcntl/prctl constants the lists name.
+use libc::*;
 
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
@@ -56,9 +71,21 @@ impl SeccompMode {
 /// The kinds of threads, each with its own filter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ThreadKind {
-    /// The VMM thread and the helpers it starts (API server, stdin
-    /// forwarders, UART watchdog, device spawner).
+    /// The ceiling every thread carries: installed by the main thread
+    /// before it starts any other, so it is the union of what all need.
+    Process,
+    /// The main (VMM) thread once its helpers run: builds, reboots and
+    /// tears down VMs and answers API requests handed over by the API
+    /// thread, but serves no socket itself.
     Vmm,
+    /// The API server (`http-server`) and its blocking-call pool.
+    Api,
+    /// The device spawner, which starts device threads (each then adds its
+    /// own filter).
+    Spawner,
+    /// stdin forwarders and the UART watchdog (`serial-in`, `console-in`,
+    /// `serial-watchdog`).
+    ConsoleIo,
     /// A vCPU thread.
     Vcpu,
     /// virtio-blk's thread.
@@ -74,10 +101,25 @@ pub enum ThreadKind {
 }
 
 impl ThreadKind {
-    /// The kind of a device thread, by the name it was started with.
+    /// Every kind, for tests and documentation.
+    pub const ALL: [ThreadKind; 11] = [
+        Self::Process,
+        Self::Vmm,
+        Self::Api,
+        Self::Spawner,
+        Self::ConsoleIo,
+        Self::Vcpu,
+        Self::Block,
+        Self::Net,
+        Self::Rng,
+        Self::Console,
+        Self::Balloon,
+    ];
+
+    /// The kind of a thread started through `devices::sandbox`, by name.
     pub fn of_thread(name: &str) -> Option<Self> {
         Some(match name {
-            devices::sandbox::SPAWNER_THREAD => Self::Vmm,
+            devices::sandbox::SPAWNER_THREAD => Self::Spawner,
             "virtio-blk" => Self::Block,
             "virtio-net" => Self::Net,
             "virtio-rng" => Self::Rng,
@@ -86,207 +128,336 @@ impl ThreadKind {
             _ => return None,
         })
     }
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::Process => "process",
+            Self::Vmm => "vmm",
+            Self::Api => "http-server",
+            Self::Spawner => "device-spawner",
+            Self::ConsoleIo => "console-io",
+            Self::Vcpu => "vcpu",
+            Self::Block => "virtio-blk",
+            Self::Net => "virtio-net",
+            Self::Rng => "virtio-rng",
+            Self::Console => "virtio-console",
+            Self::Balloon => "balloon",
+        }
+    }
 }
 
-/// What every thread needs: memory, futexes, signals, logging, exit.
-/// (Sleeping is the VMM's: device threads wait in epoll, with a timeout
-/// for their timers, and vCPUs park on a futex.)
-const COMMON: &[libc::c_long] = &[
-    libc::SYS_brk,
-    libc::SYS_clock_gettime,
-    libc::SYS_close,
-    libc::SYS_exit,
-    libc::SYS_exit_group,
-    libc::SYS_futex,
-    libc::SYS_getpid,
-    libc::SYS_getrandom,
-    libc::SYS_gettid,
-    libc::SYS_madvise,
-    libc::SYS_mmap,
-    libc::SYS_mprotect,
-    libc::SYS_mremap,
-    libc::SYS_munmap,
-    libc::SYS_read,
-    libc::SYS_readv,
-    libc::SYS_restart_syscall,
-    libc::SYS_rseq,
-    libc::SYS_rt_sigprocmask,
-    libc::SYS_rt_sigreturn,
-    libc::SYS_sched_yield,
-    libc::SYS_sigaltstack,
-    libc::SYS_tgkill,
-    libc::SYS_write,
-    libc::SYS_writev,
-];
+/// A group of syscalls allowed together, with the reason.
+struct Group {
+    #[allow(dead_code)] // documentation, kept with the list
+    why: &'static str,
+    syscalls: &'static [libc::c_long],
+}
 
-/// Device threads: their epoll loop and eventfds.
-const DEVICE_LOOP: &[libc::c_long] = &[
-    libc::SYS_epoll_ctl,
-    libc::SYS_epoll_pwait,
-    libc::SYS_epoll_wait,
-];
+const MEMORY: Group = Group {
+    why: "heap and stacks (malloc, thread stacks, guard pages, trimming)",
+    syscalls: &[
+        SYS_brk,
+        SYS_madvise,
+        SYS_mmap,
+        SYS_mprotect,
+        SYS_mremap,
+        SYS_munmap,
+    ],
+};
+const SYNC: Group = Group {
+    why: "locks, condvars, channels and parking (a paused vCPU parks on a futex)",
+    syscalls: &[SYS_futex, SYS_sched_yield],
+};
+const SIGNALS: Group = Group {
+    why: "signal masks and handlers' returns (vCPU kick, SIGSYS report), pthread_kill",
+    syscalls: &[
+        SYS_restart_syscall,
+        SYS_rt_sigprocmask,
+        SYS_rt_sigreturn,
+        SYS_sigaltstack,
+        SYS_tgkill,
+    ],
+};
+const BASICS: Group = Group {
+    why: "time, ids, randomness for hash seeds, closing descriptors, thread exit",
+    syscalls: &[
+        SYS_clock_gettime,
+        SYS_close,
+        SYS_exit,
+        SYS_exit_group,
+        SYS_getpid,
+        SYS_getrandom,
+        SYS_gettid,
+        SYS_rseq,
+    ],
+};
+const WRITE: Group = Group {
+    why: "log lines, eventfd signals (interrupts, notifications), serial output",
+    syscalls: &[SYS_write, SYS_writev],
+};
+const READ: Group = Group {
+    why: "eventfds, stdin, the TAP, the entropy source (never needed on a vCPU)",
+    syscalls: &[SYS_read, SYS_readv],
+};
+const EPOLL_WAIT: Group = Group {
+    why: "an event loop over descriptors made elsewhere",
+    syscalls: &[SYS_epoll_ctl, SYS_epoll_pwait, SYS_epoll_wait],
+};
+const SLEEP: Group = Group {
+    why: "periodic ticks and back-off waits",
+    syscalls: &[SYS_clock_nanosleep, SYS_nanosleep],
+};
+const THREAD_START: Group = Group {
+    why: "starting threads (and, in the new thread, naming it and entering its filter)",
+    syscalls: &[
+        SYS_clone,
+        SYS_clone3,
+        SYS_prctl,
+        SYS_sched_getaffinity,
+        SYS_seccomp,
+        SYS_set_robust_list,
+    ],
+};
+const SOCKET_SERVER: Group = Group {
+    why: "serving the API socket: accept, read requests, write answers, close",
+    syscalls: &[
+        SYS_accept4,
+        SYS_recvfrom,
+        SYS_recvmsg,
+        SYS_sendmsg,
+        SYS_sendto,
+        SYS_shutdown,
+    ],
+};
+const SOCKET_SETUP: Group = Group {
+    why: "binding the API socket (path or inherited fd) and peer checks, before the VMM loop",
+    syscalls: &[
+        SYS_bind,
+        SYS_connect,
+        SYS_getpeername,
+        SYS_getsockname,
+        SYS_getsockopt,
+        SYS_listen,
+        SYS_setsockopt,
+        SYS_socketpair,
+    ],
+};
+const STAT: Group = Group {
+    why: "validating a vm.create body: does the host NUMA node a zone names exist (sysfs)",
+    syscalls: &[SYS_newfstatat, SYS_statx],
+};
+const UNLINK: Group = Group {
+    why: "removing the API socket file the server created",
+    syscalls: &[SYS_unlink, SYS_unlinkat],
+};
+const VM_BUILD: Group = Group {
+    why: "building VMs: open payload, disks, zone files, /dev/kvm and the TAP; KVM \
+          objects, eventfds, memfds, NUMA policy, hugepage checks, the TAP's AF_INET \
+          control socket, pinning, the API request eventfd and termination signalfd",
+    syscalls: &[
+        SYS_access,
+        SYS_dup,
+        SYS_dup2,
+        SYS_dup3,
+        SYS_epoll_create1,
+        SYS_epoll_pwait2,
+        SYS_eventfd2,
+        SYS_faccessat,
+        SYS_faccessat2,
+        SYS_fcntl,
+        SYS_fstat,
+        SYS_fstatfs,
+        SYS_ftruncate,
+        SYS_get_mempolicy,
+        SYS_getcwd,
+        SYS_getdents64,
+        SYS_getegid,
+        SYS_geteuid,
+        SYS_getgid,
+        SYS_getuid,
+        SYS_ioctl,
+        SYS_lseek,
+        SYS_mbind,
+        SYS_memfd_create,
+        SYS_mkdir,
+        SYS_mkdirat,
+        SYS_newfstatat,
+        SYS_open,
+        SYS_openat,
+        SYS_pipe2,
+        SYS_poll,
+        SYS_ppoll,
+        SYS_prlimit64,
+        SYS_readlink,
+        SYS_readlinkat,
+        SYS_rename,
+        SYS_renameat,
+        SYS_rt_sigaction,
+        SYS_sched_setaffinity,
+        SYS_set_mempolicy,
+        SYS_signalfd4,
+        SYS_socket,
+        SYS_stat,
+        SYS_statfs,
+        SYS_statx,
+        SYS_sysinfo,
+        SYS_timerfd_create,
+        SYS_timerfd_settime,
+        SYS_tkill,
+        SYS_uname,
+    ],
+};
+const DISK_IO: Group = Group {
+    why: "positioned reads and writes of a disk image, FLUSH (sync_data)",
+    syscalls: &[SYS_fdatasync, SYS_fsync, SYS_pread64, SYS_pwrite64],
+};
+const PUNCH_HOLE: Group = Group {
+    why: "giving ballooned pages of memfd/file zones back (FALLOC_FL_PUNCH_HOLE)",
+    syscalls: &[SYS_fallocate],
+};
 
-/// The VMM thread builds and tears down VMs, serves the API, opens the
-/// payload and disks, creates TAPs and threads: a broad list, but no
-/// exec, ptrace, mount, module loading, raw process control or BPF.
-const VMM: &[libc::c_long] = &[
-    libc::SYS_accept4,
-    libc::SYS_access,
-    libc::SYS_bind,
-    libc::SYS_clock_nanosleep,
-    libc::SYS_clone,
-    libc::SYS_clone3,
-    libc::SYS_connect,
-    libc::SYS_dup,
-    libc::SYS_dup2,
-    libc::SYS_dup3,
-    libc::SYS_epoll_create1,
-    libc::SYS_epoll_ctl,
-    libc::SYS_epoll_pwait,
-    libc::SYS_epoll_pwait2,
-    libc::SYS_epoll_wait,
-    libc::SYS_eventfd2,
-    libc::SYS_faccessat,
-    libc::SYS_faccessat2,
-    libc::SYS_fallocate,
-    libc::SYS_fcntl,
-    libc::SYS_fdatasync,
-    libc::SYS_fstat,
-    libc::SYS_fstatfs,
-    libc::SYS_fsync,
-    libc::SYS_ftruncate,
-    libc::SYS_get_mempolicy,
-    libc::SYS_getcwd,
-    libc::SYS_getdents64,
-    libc::SYS_getegid,
-    libc::SYS_geteuid,
-    libc::SYS_getgid,
-    libc::SYS_getpeername,
-    libc::SYS_getsockname,
-    libc::SYS_getsockopt,
-    libc::SYS_getuid,
-    libc::SYS_ioctl,
-    libc::SYS_listen,
-    libc::SYS_lseek,
-    libc::SYS_mbind,
-    libc::SYS_memfd_create,
-    libc::SYS_mkdir,
-    libc::SYS_mkdirat,
-    libc::SYS_nanosleep,
-    libc::SYS_newfstatat,
-    libc::SYS_open,
-    libc::SYS_openat,
-    libc::SYS_pipe2,
-    libc::SYS_poll,
-    libc::SYS_ppoll,
-    libc::SYS_prctl,
-    libc::SYS_pread64,
-    libc::SYS_prlimit64,
-    libc::SYS_pwrite64,
-    libc::SYS_readlink,
-    libc::SYS_readlinkat,
-    libc::SYS_recvfrom,
-    libc::SYS_recvmsg,
-    libc::SYS_rename,
-    libc::SYS_renameat,
-    libc::SYS_rt_sigaction,
-    libc::SYS_sched_getaffinity,
-    libc::SYS_sched_setaffinity,
-    libc::SYS_seccomp,
-    libc::SYS_sendmsg,
-    libc::SYS_sendto,
-    libc::SYS_set_mempolicy,
-    libc::SYS_set_robust_list,
-    libc::SYS_setsockopt,
-    libc::SYS_shutdown,
-    libc::SYS_signalfd4,
-    libc::SYS_socket,
-    libc::SYS_socketpair,
-    libc::SYS_stat,
-    libc::SYS_statfs,
-    libc::SYS_statx,
-    libc::SYS_sysinfo,
-    libc::SYS_timerfd_create,
-    libc::SYS_timerfd_settime,
-    libc::SYS_tkill,
-    libc::SYS_uname,
-    libc::SYS_unlink,
-    libc::SYS_unlinkat,
-    libc::SYS_wait4,
-];
+/// What every thread needs.
+const COMMON: &[&Group] = &[&MEMORY, &SYNC, &SIGNALS, &BASICS, &WRITE];
 
-/// A vCPU thread: KVM_RUN and the devices behind its I/O and MMIO exits.
-/// Beyond [`COMMON`] only its KVM ioctls ([`vcpu_ioctls`]) and, for a
-/// driver's activation of a virtio device, `fcntl(F_DUPFD_CLOEXEC)`: the
-/// transport hands the device thread clones of its queue eventfds (and a
-/// device its own, say the balloon's control eventfd). The data path then
-/// starts on the device's thread by message (`devices::event_loop`): a
-/// vCPU creates no eventfd, epoll or thread.
-const VCPU: &[libc::c_long] = &[];
-
-/// Positioned reads and writes of the image (`read_exact_at` /
-/// `write_all_at`) and FLUSH (`sync_data`); the image was opened and
-/// sized on the VMM thread.
-const BLOCK: &[libc::c_long] = &[libc::SYS_fdatasync, libc::SYS_pread64, libc::SYS_pwrite64];
-
-/// The TAP is a character device: frames go through `read`/`write`.
-const NET: &[libc::c_long] = &[];
-
-const RNG: &[libc::c_long] = &[];
-
-const CONSOLE: &[libc::c_long] = &[];
-
-/// The balloon gives pages back: madvise (common) and hole punching.
-const BALLOON: &[libc::c_long] = &[libc::SYS_fallocate];
+/// The groups each kind allows beyond [`COMMON`]; ioctl, fcntl and prctl
+/// are further narrowed by argument in [`arg_rules`].
+fn groups(kind: ThreadKind) -> &'static [&'static Group] {
+    use ThreadKind::*;
+    match kind {
+        Process => &[
+            &READ,
+            &EPOLL_WAIT,
+            &SLEEP,
+            &THREAD_START,
+            &SOCKET_SERVER,
+            &SOCKET_SETUP,
+            &UNLINK,
+            &VM_BUILD,
+            &DISK_IO,
+            &PUNCH_HOLE,
+        ],
+        Vmm => &[
+            &READ,
+            &EPOLL_WAIT,
+            &SLEEP,
+            &THREAD_START,
+            &UNLINK,
+            &VM_BUILD,
+            &DISK_IO,
+            &PUNCH_HOLE,
+        ],
+        Api => &[
+            &READ,
+            &EPOLL_WAIT,
+            &THREAD_START,
+            &SOCKET_SERVER,
+            &STAT,
+            &UNLINK,
+        ],
+        // Device threads' filters stack on this one: it must allow theirs.
+        Spawner => &[&READ, &EPOLL_WAIT, &THREAD_START, &DISK_IO, &PUNCH_HOLE],
+        ConsoleIo => &[&READ, &SLEEP],
+        // KVM_RUN and the buses behind its exits: nothing to read, no loop.
+        Vcpu => &[],
+        Block => &[&READ, &EPOLL_WAIT, &DISK_IO],
+        Net | Rng | Console => &[&READ, &EPOLL_WAIT],
+        Balloon => &[&READ, &EPOLL_WAIT, &PUNCH_HOLE],
+    }
+}
 
 /// `_IOR(KVMIO, nr, size)`.
 const fn kvm_ior(nr: u64, size: usize) -> u64 {
     (2 << 30) | ((size as u64) << 16) | (0xAE << 8) | nr
 }
 
-/// The ioctls a vCPU thread issues on its vCPU fd.
+/// `_IOW(KVMIO, nr, size)`.
+const fn kvm_iow(nr: u64, size: usize) -> u64 {
+    (1 << 30) | ((size as u64) << 16) | (0xAE << 8) | nr
+}
+
+/// The ioctls a vCPU thread issues on its vCPU fd: KVM_RUN, KVM_NMI, and
+/// KVM_GET_REGS/KVM_GET_SREGS for the triple-fault report; plus, on the VM
+/// fd, KVM_SET_GSI_ROUTING: a guest's MSI-X table write (an exit into a
+/// virtio-pci BAR) routes the vector's GSI before the vCPU returns.
 fn vcpu_ioctls() -> Vec<u64> {
     vec![
-        0xAE80,                                                        // KVM_RUN
-        0xAE9A,                                                        // KVM_NMI
-        kvm_ior(0x81, std::mem::size_of::<kvm_bindings::kvm_regs>()),  // KVM_GET_REGS
-        kvm_ior(0x83, std::mem::size_of::<kvm_bindings::kvm_sregs>()), // KVM_GET_SREGS
+        0xAE80,                                                              // KVM_RUN
+        0xAE9A,                                                              // KVM_NMI
+        kvm_ior(0x81, std::mem::size_of::<kvm_bindings::kvm_regs>()),        // KVM_GET_REGS
+        kvm_ior(0x83, std::mem::size_of::<kvm_bindings::kvm_sregs>()),       // KVM_GET_SREGS
+        kvm_iow(0x6a, std::mem::size_of::<kvm_bindings::kvm_irq_routing>()), // KVM_SET_GSI_ROUTING
     ]
 }
 
-fn rules_for(kind: ThreadKind) -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::Error> {
-    let extra: &[libc::c_long] = match kind {
-        ThreadKind::Vmm => VMM,
-        ThreadKind::Vcpu => VCPU,
-        ThreadKind::Block => BLOCK,
-        ThreadKind::Net => NET,
-        ThreadKind::Rng => RNG,
-        ThreadKind::Console => CONSOLE,
-        ThreadKind::Balloon => BALLOON,
-    };
-    let device = !matches!(kind, ThreadKind::Vmm | ThreadKind::Vcpu);
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = COMMON
-        .iter()
-        .chain(extra)
-        .chain(if device { DEVICE_LOOP } else { &[] })
-        .map(|&nr| (nr, Vec::new()))
-        .collect();
-    // F_GETFD: Rust's std checks that a descriptor is open before it
-    // closes it (debug builds), as when a thread drops an eventfd.
-    let mut fcntl_cmds = vec![libc::F_GETFD as u64];
-    if kind == ThreadKind::Vcpu {
-        rules.insert(libc::SYS_ioctl, arg_is_one_of(1, &vcpu_ioctls())?);
-        fcntl_cmds.push(libc::F_DUPFD_CLOEXEC as u64);
+/// The ioctl "types" (bits 8-15 of the request) the VMM uses: KVM (0xAE),
+/// 'T' (TUN setup, terminal attributes, FIONBIO) and socket ioctls (0x89,
+/// the TAP's address, mask, MTU and flags). No block, filesystem, vhost or
+/// other driver's ioctl passes.
+const IOCTL_TYPES: [u64; 3] = [0xAE, b'T' as u64, 0x89];
+
+/// Rules narrowing ioctl, fcntl and prctl by argument, for the kinds that
+/// may call them at all.
+fn arg_rules(kind: ThreadKind) -> Result<Vec<(i64, Vec<SeccompRule>)>, seccompiler::Error> {
+    use ThreadKind::*;
+    let mut rules = Vec::new();
+    match kind {
+        Process | Vmm => {
+            let types = IOCTL_TYPES
+                .iter()
+                .map(|t| {
+                    SeccompRule::new(vec![SeccompCondition::new(
+                        1,
+                        SeccompCmpArgLen::Dword,
+                        SeccompCmpOp::MaskedEq(0xff00),
+                        t << 8,
+                    )?])
+                })
+                .collect::<Result<_, _>>()?;
+            rules.push((SYS_ioctl, types));
+        }
+        Vcpu => rules.push((SYS_ioctl, arg_is_one_of(1, &vcpu_ioctls())?)),
+        _ => {}
     }
-    if kind != ThreadKind::Vmm {
-        rules.insert(libc::SYS_fcntl, arg_is_one_of(1, &fcntl_cmds)?);
+    // fcntl: the VMM's VM_BUILD group has it whole; everyone else gets
+    // F_GETFD (Rust's std checks a descriptor is open before closing it in
+    // debug builds) and a vCPU F_DUPFD_CLOEXEC (activation hands the device
+    // thread clones of the queue eventfds).
+    if !matches!(kind, Process | Vmm) {
+        let mut cmds = vec![F_GETFD as u64];
+        if kind == Vcpu {
+            cmds.push(F_DUPFD_CLOEXEC as u64);
+        }
+        rules.push((SYS_fcntl, arg_is_one_of(1, &cmds)?));
+    }
+    // prctl only names a new thread and sets no_new_privs before its filter.
+    if groups(kind).iter().any(|g| g.syscalls.contains(&SYS_prctl)) {
+        let ops = [PR_SET_NAME as u64, PR_SET_NO_NEW_PRIVS as u64];
+        rules.push((SYS_prctl, arg_is_one_of(0, &ops)?));
     }
     Ok(rules)
 }
 
+fn rules_for(kind: ThreadKind) -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::Error> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = COMMON
+        .iter()
+        .chain(groups(kind))
+        .flat_map(|g| g.syscalls.iter())
+        .map(|&nr| (nr, Vec::new()))
+        .collect();
+    rules.extend(arg_rules(kind)?);
+    Ok(rules)
+}
+
+/// The syscalls `kind` may make at all (with or without argument rules).
+pub fn allowed_syscalls(kind: ThreadKind) -> Vec<i64> {
+    rules_for(kind)
+        .map(|r| r.into_keys().collect())
+        .unwrap_or_default()
+}
+
 /// Rules that allow a syscall when its argument `arg` equals one of
-/// `values` (compared as 32 bits: ioctl requests and fcntl commands are
-/// `int`/`unsigned int` in the kernel).
+/// `values` (compared as 32 bits: ioctl requests, fcntl commands and prctl
+/// options are `int`/`unsigned int` in the kernel).
 fn arg_is_one_of(arg: u8, values: &[u64]) -> Result<Vec<SeccompRule>, seccompiler::Error> {
     let rule = |v| {
         SeccompRule::new(vec![SeccompCondition::new(
@@ -313,31 +484,61 @@ pub fn filter(kind: ThreadKind, mode: SeccompMode) -> io::Result<Option<BpfProgr
     BpfProgram::try_from(f).map(Some).map_err(io::Error::other)
 }
 
-impl ThreadKind {
-    fn label(self) -> &'static str {
-        match self {
-            Self::Vmm => "vmm",
-            Self::Vcpu => "vcpu",
-            Self::Block => "virtio-blk",
-            Self::Net => "virtio-net",
-            Self::Rng => "virtio-rng",
-            Self::Console => "virtio-console",
-            Self::Balloon => "balloon",
-        }
-    }
+/// Two filters the process filter comes with, so no thread can fork: a
+/// filter names whole syscalls, and `clone` and `clone3` must stay for
+/// threads. `clone3` fails with ENOSYS (its flags sit in memory, out of a
+/// filter's reach; glibc then starts threads with `clone`, as on kernels
+/// before 5.3), and `clone` without `CLONE_THREAD` (a fork) is denied like
+/// any other syscall.
+fn no_fork_filters(mode: SeccompMode) -> io::Result<Vec<BpfProgram>> {
+    let denied = match mode {
+        SeccompMode::Off => return Ok(Vec::new()),
+        SeccompMode::Trap => SeccompAction::Trap,
+        SeccompMode::Log => SeccompAction::Log,
+    };
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(io::Error::other)?;
+    let compile = |rules: BTreeMap<i64, Vec<SeccompRule>>, action| {
+        SeccompFilter::new(rules, SeccompAction::Allow, action, arch)
+            .and_then(BpfProgram::try_from)
+            .map_err(io::Error::other)
+    };
+    let fork = SeccompRule::new(vec![SeccompCondition::new(
+        0,
+        SeccompCmpArgLen::Qword,
+        SeccompCmpOp::MaskedEq(CLONE_THREAD as u64),
+        0,
+    )
+    .map_err(io::Error::other)?])
+    .map_err(io::Error::other)?;
+    Ok(vec![
+        compile(
+            BTreeMap::from([(SYS_clone3, Vec::new())]),
+            SeccompAction::Errno(ENOSYS as u32),
+        )?,
+        compile(BTreeMap::from([(SYS_clone, vec![fork])]), denied)?,
+    ])
 }
 
 thread_local! {
     /// The filter this thread entered last, for the SIGSYS report (read
     /// there without any syscall).
-    static CONFINED_AS: Cell<&'static str> = const { Cell::new("unconfined") };
+    /// A thread that entered none has its creator's filters.
+    static CONFINED_AS: Cell<&'static str> = const { Cell::new("helper (inherited filters)") };
 }
 
-/// Confines the calling thread as `kind`.
+/// Confines the calling thread as `kind` (for [`ThreadKind::Process`],
+/// with [`no_fork_filters`]).
 pub fn apply(kind: ThreadKind, mode: SeccompMode) -> io::Result<()> {
-    if let Some(program) = filter(kind, mode)? {
-        CONFINED_AS.with(|c| c.set(kind.label()));
-        seccompiler::apply_filter(&program)
+    let Some(program) = filter(kind, mode)? else {
+        return Ok(());
+    };
+    let mut programs = vec![program];
+    if kind == ThreadKind::Process {
+        programs.extend(no_fork_filters(mode)?);
+    }
+    CONFINED_AS.with(|c| c.set(kind.label()));
+    for program in &programs {
+        seccompiler::apply_filter(program)
             .map_err(|e| io::Error::other(format!("seccomp filter for {kind:?}: {e}")))?;
     }
     Ok(())
@@ -355,6 +556,12 @@ pub fn set_mode(mode: SeccompMode) {
 /// before [`set_mode`], as in unit tests).
 pub fn enter(kind: ThreadKind) -> io::Result<()> {
     apply(kind, MODE.get().copied().unwrap_or(SeccompMode::Off))
+}
+
+/// Confines the API server's thread (a plain function, for
+/// `api::ServerOptions::confine_thread`).
+pub fn enter_api() -> io::Result<()> {
+    enter(ThreadKind::Api)
 }
 
 /// The hook `devices::sandbox` runs first thing on every device thread

@@ -127,14 +127,20 @@ impl Vmm {
         info["state"].as_str().unwrap_or("?").to_owned()
     }
 
-    /// (name, seccomp mode, number of filters) of every thread.
+    /// (name, seccomp mode, number of filters) of every thread; the main
+    /// thread is named "main".
     fn threads(&self) -> Vec<(String, String, u32)> {
-        let tasks = format!("/proc/{}/task", self.child.id());
+        let pid = self.child.id().to_string();
+        let tasks = format!("/proc/{pid}/task");
         fs::read_dir(tasks)
             .expect("the VMM's threads")
             .filter_map(|t| {
                 let t = t.ok()?.path();
-                let comm = fs::read_to_string(t.join("comm")).ok()?;
+                let comm = if t.file_name()? == pid.as_str() {
+                    "main".to_owned()
+                } else {
+                    fs::read_to_string(t.join("comm")).ok()?
+                };
                 let status = fs::read_to_string(t.join("status")).ok()?;
                 let field = |key: &str| {
                     status
@@ -174,7 +180,9 @@ impl Drop for Vmm {
 fn vm_config(kernel: &Path, disk: &Path) -> String {
     serde_json::json!({
         "cpus": {"boot_vcpus": 1, "max_vcpus": 1},
-        "memory": {"size": 64u64 << 20},
+        // A zone on a host node: validating it (on the API thread) looks
+        // the node up in sysfs.
+        "memory": {"size": 0, "zones": [{"id": "z0", "size": 64u64 << 20, "host_numa_node": 0}]},
         "payload": {"kernel": kernel},
         "disks": [{"path": disk}],
         "serial": {"mode": "Null"},
@@ -229,17 +237,31 @@ fn seccomp_is_on_by_default_and_an_api_lifecycle_makes_no_forbidden_syscall() {
     for (name, mode, filters) in &threads {
         // 2 = SECCOMP_MODE_FILTER.
         assert_eq!(mode, "2", "thread {name} unfiltered: {threads:?}");
-        let own = name.starts_with("vcpu") || name.starts_with("virtio-");
+        // The process ceiling plus the thread's own (vCPUs, devices and
+        // console helpers also carry the filter of the thread that made them).
+        let own = ["main", "http-server", "device-spawner", "serial-"]
+            .iter()
+            .any(|p| name.starts_with(p));
+        let stacked = ["vcpu", "virtio-", "balloon"]
+            .iter()
+            .any(|p| name.starts_with(p));
         assert!(
-            !own || *filters >= 2,
+            (!own || *filters >= 2) && (!stacked || *filters >= 3),
             "{name} lacks its own filter: {threads:?}"
         );
     }
-    assert!(threads.iter().any(|(n, _, _)| n == "vcpu0"), "{threads:?}");
-    assert!(
-        threads.iter().any(|(n, _, _)| n == "virtio-blk"),
-        "{threads:?}"
-    );
+    for want in [
+        "main",
+        "http-server",
+        "device-spawner",
+        "vcpu0",
+        "virtio-blk",
+    ] {
+        assert!(
+            threads.iter().any(|(n, _, _)| n == want),
+            "no {want}: {threads:?}"
+        );
+    }
     vmm.ok("vm.resume", None);
     let counters = api_request(&vmm.socket, Method::Get, "vm.counters", None).expect("counters");
     assert_eq!(counters.status, 200);
@@ -303,4 +325,67 @@ fn under_landlock_a_vm_created_later_cannot_open_a_path_outside_the_command_line
     vmm.ok("vm.reboot", None);
     assert_eq!(vmm.state(), "Running");
     vmm.shut_down();
+}
+
+#[test]
+fn under_landlock_without_a_kernel_a_vm_created_later_opens_only_the_landlock_rules_paths() {
+    assert!(kvm_available(), "these tests need /dev/kvm");
+    let dir = TempDir::new_with_prefix("/tmp/vmm-landlock-rules-").expect("tempdir");
+    let dir = dir.as_path();
+    let inside = dir.join("inside");
+    let outside = dir.join("outside");
+    fs::create_dir(&inside).expect("mkdir");
+    fs::create_dir(&outside).expect("mkdir");
+    let kernel = inside.join("halt.elf");
+    halting_kernel(&kernel);
+    let named = inside.join("disk.raw");
+    let other = outside.join("disk.raw");
+    disk(&named, b"inside");
+    disk(&other, b"outside");
+    let rule = format!("path={},access=rw", inside.display());
+    let vmm = Vmm::start(dir, &["--landlock", "--landlock-rules", &rule]);
+    vmm.ok("vm.create", Some(&vm_config(&kernel, &named)));
+    vmm.ok("vm.boot", None);
+    assert_eq!(vmm.state(), "Running", "VMM log: {}", vmm.log());
+    assert!(
+        vmm.log().contains("landlock: FullyEnforced"),
+        "{}",
+        vmm.log()
+    );
+    vmm.ok("vm.shutdown", None);
+    vmm.ok("vm.delete", None);
+    let created = vmm.put("vm.create", Some(&vm_config(&kernel, &other)));
+    let refusal = if (200..300).contains(&created.status) {
+        vmm.put("vm.boot", None)
+    } else {
+        created
+    };
+    let text = String::from_utf8_lossy(&refusal.body).into_owned();
+    assert!(
+        !(200..300).contains(&refusal.status) && text.contains("Permission denied"),
+        "{} {text}; VMM log: {}",
+        refusal.status,
+        vmm.log()
+    );
+    assert_ne!(vmm.state(), "Running");
+    vmm.shut_down();
+}
+
+#[test]
+fn landlock_rules_without_landlock_are_refused() {
+    let out = Command::new(env!("CARGO_BIN_EXE_cloud-hypervisor"))
+        .args([
+            "--landlock-rules",
+            "path=/tmp,access=rw",
+            "--api-socket",
+            "path=/nonexistent/dir/api.sock",
+        ])
+        .output()
+        .expect("run cloud-hypervisor");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--landlock-rules needs --landlock"),
+        "{stderr}"
+    );
 }

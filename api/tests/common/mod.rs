@@ -36,6 +36,7 @@ pub fn test_options() -> ServerOptions {
         body_timeout: Duration::from_millis(800),
         max_connections: 64,
         shutdown_grace: Duration::from_secs(2),
+        confine_thread: None,
     }
 }
 

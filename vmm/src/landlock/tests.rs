@@ -53,7 +53,18 @@ fn child_outside_path_is_refused() {
     };
     let dir = PathBuf::from(dir);
     let inside = dir.join("inside");
-    restrict(&[(inside.clone(), Allow::Read)]).expect("restrict");
+    let log = dir.join("write-only");
+    restrict(&[(inside.clone(), Allow::Read), (log.clone(), Allow::Write)]).expect("restrict");
+    match std::fs::OpenOptions::new().append(true).open(&log) {
+        Ok(_) => println!("write-only-opens-for-writing"),
+        Err(e) => println!("write-only-refused-writing: {e}"),
+    }
+    match std::fs::read(&log) {
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            println!("write-only-read-refused")
+        }
+        other => println!("write-only-read: {other:?}"),
+    }
     std::fs::read(&inside).expect("the allowed file opens");
     match std::fs::read(dir.join("outside")) {
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => println!("outside-refused"),
@@ -75,6 +86,7 @@ fn after_restrict_a_path_outside_the_rules_cannot_be_opened() {
     let dir = vmm_sys_util::tempdir::TempDir::new_with_prefix("/tmp/landlock-test-").unwrap();
     std::fs::write(dir.as_path().join("inside"), b"in").unwrap();
     std::fs::write(dir.as_path().join("outside"), b"out").unwrap();
+    std::fs::write(dir.as_path().join("write-only"), b"").unwrap();
     let out = Command::new(std::env::current_exe().unwrap())
         .args([
             "landlock::tests::child_outside_path_is_refused",
@@ -88,7 +100,53 @@ fn after_restrict_a_path_outside_the_rules_cannot_be_opened() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
-    for want in ["outside-refused", "write-refused", "thread-refused"] {
+    for want in [
+        "outside-refused",
+        "write-refused",
+        "thread-refused",
+        "write-only-opens-for-writing",
+        "write-only-read-refused",
+    ] {
         assert!(stdout.contains(want), "{want} missing; stdout: {stdout}");
     }
+}
+
+#[test]
+fn landlock_rules_are_parsed_as_upstream_spells_them() {
+    assert_eq!(
+        parse_rule("path=/d/hotplug,access=rw"),
+        Ok((PathBuf::from("/d/hotplug"), Allow::ReadWrite))
+    );
+    assert_eq!(
+        parse_rule("path=/k/vmlinuz,access=r"),
+        Ok((PathBuf::from("/k/vmlinuz"), Allow::Read))
+    );
+    assert_eq!(
+        parse_rule("path=/logs,access=w"),
+        Ok((PathBuf::from("/logs"), Allow::Write))
+    );
+    for bad in [
+        "path=/x,access=x",
+        "path=/x",
+        "access=rw",
+        "path=,access=r",
+        "path=/x,access=rw,mode=1",
+    ] {
+        let e = parse_rule(bad).unwrap_err();
+        assert!(e.contains("--landlock-rules"), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn without_a_configuration_the_rules_are_the_host_devices_and_the_socket_dir() {
+    let rules = rules_without_config(Some(Path::new("/run/vm/api.sock")));
+    let has = |p: &str, a: Allow| rules.iter().any(|(q, b)| q == Path::new(p) && *b == a);
+    assert!(has("/dev/kvm", Allow::ReadWrite));
+    assert!(has("/dev/urandom", Allow::Read));
+    assert!(has("/run/vm", Allow::ReadWrite));
+    assert_eq!(
+        has("/dev/net/tun", Allow::ReadWrite),
+        Path::new("/dev/net/tun").exists()
+    );
+    assert!(!rules.iter().any(|(p, _)| p == Path::new("/")), "{rules:?}");
 }

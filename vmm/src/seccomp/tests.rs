@@ -8,16 +8,6 @@ use super::*;
 
 const CHILD_ENV: &str = "VMM_SECCOMP_TEST_CHILD";
 
-const KINDS: [ThreadKind; 7] = [
-    ThreadKind::Vmm,
-    ThreadKind::Vcpu,
-    ThreadKind::Block,
-    ThreadKind::Net,
-    ThreadKind::Rng,
-    ThreadKind::Console,
-    ThreadKind::Balloon,
-];
-
 /// Runs test `name` in a child with `CHILD_ENV` set; returns (exit code, stderr).
 fn in_child(name: &str) -> (Option<i32>, String) {
     let out = Command::new(std::env::current_exe().expect("test binary"))
@@ -55,7 +45,7 @@ fn modes_are_spelled_as_upstream() {
 
 #[test]
 fn every_filter_compiles_and_off_means_none() {
-    for kind in KINDS {
+    for kind in ThreadKind::ALL {
         for mode in [SeccompMode::Trap, SeccompMode::Log] {
             let prog = filter(kind, mode).expect("compiles").expect("a program");
             assert!(!prog.is_empty(), "{kind:?}");
@@ -70,7 +60,7 @@ fn device_thread_names_map_to_their_filters() {
     assert_eq!(ThreadKind::of_thread("balloon"), Some(ThreadKind::Balloon));
     assert_eq!(
         ThreadKind::of_thread(devices::sandbox::SPAWNER_THREAD),
-        Some(ThreadKind::Vmm)
+        Some(ThreadKind::Spawner)
     );
     assert_eq!(ThreadKind::of_thread("something-new"), None);
 }
@@ -105,13 +95,14 @@ fn child_vcpu_ioctl_filter() {
     if !is_child() {
         return;
     }
-    install_sigsys_handler().unwrap();
-    // Inherits the way a vCPU thread does: VMM filter, then its own.
-    apply(ThreadKind::Vmm, SeccompMode::Trap).unwrap();
-    apply(ThreadKind::Vcpu, SeccompMode::Trap).unwrap();
+    enter_as_vcpu();
     // KVM_RUN on a non-KVM fd passes the filter and fails in the kernel.
     // SAFETY: an ioctl with no argument on stdin.
     let rc = unsafe { libc::ioctl(0, 0xAE80) };
+    assert_eq!(rc, -1);
+    // So does KVM_SET_GSI_ROUTING (virtio-pci MSI-X table writes).
+    // SAFETY: an ioctl on stdin, refused by the kernel before any access.
+    let rc = unsafe { libc::ioctl(0, 0x4008_AE6A, std::ptr::null::<u8>()) };
     assert_eq!(rc, -1);
     let (tx, rx) = std::sync::mpsc::channel();
     tx.send(1).unwrap();
@@ -162,6 +153,7 @@ fn a_confined_thread_can_allocate_and_exit() {
 fn open_from_a_device_thread(mode: SeccompMode) {
     install_sigsys_handler().unwrap();
     set_mode(mode);
+    apply(ThreadKind::Process, mode).unwrap();
     devices::sandbox::install(device_sandbox_hook()).expect("spawner starts confined");
     apply(ThreadKind::Vmm, mode).unwrap();
     let worker = devices::sandbox::spawn("virtio-blk", || {
@@ -224,11 +216,18 @@ fn in_log_mode_a_forbidden_syscall_runs_under_the_filter() {
     );
 }
 
-/// Confines the calling thread as a vCPU thread is (VMM filter, then its own).
+/// Confines the calling thread as a vCPU thread is (the process ceiling and
+/// the main thread's filter, inherited, then its own).
 fn enter_as_vcpu() {
+    enter_as(&[ThreadKind::Process, ThreadKind::Vmm, ThreadKind::Vcpu]);
+}
+
+/// Installs the SIGSYS report and the filters `stack`, in order.
+fn enter_as(stack: &[ThreadKind]) {
     install_sigsys_handler().unwrap();
-    apply(ThreadKind::Vmm, SeccompMode::Trap).unwrap();
-    apply(ThreadKind::Vcpu, SeccompMode::Trap).unwrap();
+    for &kind in stack {
+        apply(kind, SeccompMode::Trap).unwrap();
+    }
 }
 
 #[test]
@@ -294,6 +293,7 @@ fn child_device_threads_do_their_work() {
 
     install_sigsys_handler().unwrap();
     set_mode(SeccompMode::Trap);
+    apply(ThreadKind::Process, SeccompMode::Trap).unwrap();
     devices::sandbox::install(device_sandbox_hook()).unwrap();
     apply(ThreadKind::Vmm, SeccompMode::Trap).unwrap();
     let dir = vmm_sys_util::tempdir::TempDir::new_with_prefix("/tmp/seccomp-work-").unwrap();
@@ -430,4 +430,241 @@ fn device_threads_can_do_their_work_under_their_filters() {
         "stdout: {stdout}\nstderr: {stderr}"
     );
     assert!(stdout.contains("device-work-done"), "stdout: {stdout}");
+}
+
+/// A filter stacked on another only gets what the lower one allows too:
+/// each kind's list must be within those it inherits, or a thread dies on a
+/// syscall its own list names.
+#[test]
+fn every_filter_is_within_the_filters_it_stacks_on() {
+    use ThreadKind::*;
+    let stacks: [(ThreadKind, &[ThreadKind]); 10] = [
+        (Vmm, &[Process]),
+        (Api, &[Process]),
+        (Spawner, &[Process]),
+        (ConsoleIo, &[Process, Vmm]),
+        (Vcpu, &[Process, Vmm]),
+        (Block, &[Process, Spawner]),
+        (Net, &[Process, Spawner]),
+        (Rng, &[Process, Spawner]),
+        (Console, &[Process, Spawner]),
+        (Balloon, &[Process, Spawner]),
+    ];
+    for (kind, below) in stacks {
+        for &lower in below {
+            let allowed = allowed_syscalls(lower);
+            for nr in allowed_syscalls(kind) {
+                assert!(
+                    allowed.contains(&nr),
+                    "{kind:?} allows syscall {nr}, which {lower:?} below it denies"
+                );
+            }
+        }
+    }
+}
+
+/// What narrowing by role removes (each is checked in a child below too).
+#[test]
+fn roles_lack_what_they_do_not_need() {
+    use ThreadKind::*;
+    let has = |k, nr| allowed_syscalls(k).contains(&nr);
+    assert!(!has(Vcpu, SYS_read), "a vCPU reads nothing");
+    assert!(!has(Vcpu, SYS_readv));
+    for nr in [SYS_openat, SYS_open, SYS_ioctl, SYS_socket, SYS_mbind] {
+        assert!(!has(Api, nr), "the API thread: {nr}");
+    }
+    for nr in [SYS_accept4, SYS_bind, SYS_listen, SYS_connect, SYS_sendto] {
+        assert!(!has(Vmm, nr), "the main thread serves no socket: {nr}");
+        assert!(has(Api, SYS_accept4));
+    }
+    for nr in [SYS_openat, SYS_ioctl, SYS_socket] {
+        assert!(!has(Spawner, nr), "the spawner: {nr}");
+        assert!(!has(ConsoleIo, nr), "console helpers: {nr}");
+    }
+    for kind in ThreadKind::ALL {
+        for nr in [
+            SYS_execve,
+            SYS_execveat,
+            SYS_fork,
+            SYS_vfork,
+            SYS_ptrace,
+            SYS_mount,
+            SYS_bpf,
+            SYS_wait4,
+        ] {
+            assert!(!has(kind, nr), "{kind:?} allows {nr}");
+        }
+    }
+}
+
+#[test]
+fn child_api_thread_opens_a_file() {
+    if !is_child() {
+        return;
+    }
+    enter_as(&[ThreadKind::Process, ThreadKind::Api]);
+    let _ = std::fs::File::open("/dev/null");
+    std::process::exit(0);
+}
+
+#[test]
+fn the_api_thread_cannot_open_files() {
+    expect_killed(
+        "seccomp::tests::child_api_thread_opens_a_file",
+        &format!(
+            "a http-server thread made a forbidden syscall {}",
+            libc::SYS_openat
+        ),
+    );
+}
+
+#[test]
+fn child_vmm_thread_binds_a_socket() {
+    if !is_child() {
+        return;
+    }
+    enter_as(&[ThreadKind::Process, ThreadKind::Vmm]);
+    // socket() is allowed (the TAP's AF_INET control socket); bind is not.
+    let dir = std::env::temp_dir().join(format!("seccomp-bind-{}", std::process::id()));
+    let _ = std::os::unix::net::UnixListener::bind(dir);
+    std::process::exit(0);
+}
+
+#[test]
+fn the_main_thread_cannot_bind_a_socket_after_start() {
+    expect_killed(
+        "seccomp::tests::child_vmm_thread_binds_a_socket",
+        &format!("a vmm thread made a forbidden syscall {}", libc::SYS_bind),
+    );
+}
+
+#[test]
+fn child_process_ioctl_types() {
+    if !is_child() {
+        return;
+    }
+    enter_as(&[ThreadKind::Process, ThreadKind::Vmm]);
+    // TCGETS ('T') passes the filter; on a non-terminal it fails in the kernel.
+    // SAFETY: TCGETS into a zeroed termios.
+    unsafe {
+        let mut t: libc::termios = std::mem::zeroed();
+        libc::ioctl(0, libc::TCGETS, &mut t);
+    }
+    println!("tcgets-allowed");
+    // BLKGETSIZE64 (type 0x12) is no ioctl the VMM issues.
+    let mut size = 0u64;
+    // SAFETY: the kernel would write a u64 into `size`.
+    unsafe { libc::ioctl(0, 0x8008_1272, &mut size) };
+    std::process::exit(0);
+}
+
+#[test]
+fn only_kvm_terminal_tun_and_socket_ioctls_pass() {
+    let stderr = expect_killed(
+        "seccomp::tests::child_process_ioctl_types",
+        &format!("made a forbidden syscall {}", libc::SYS_ioctl),
+    );
+    assert!(!stderr.contains("tcgets"), "{stderr}");
+}
+
+#[test]
+fn child_vcpu_reads() {
+    if !is_child() {
+        return;
+    }
+    enter_as_vcpu();
+    let mut b = [0u8; 1];
+    // SAFETY: a one-byte read into a local buffer.
+    unsafe { libc::read(0, b.as_mut_ptr().cast(), 1) };
+    std::process::exit(0);
+}
+
+#[test]
+fn a_vcpu_cannot_read() {
+    expect_killed(
+        "seccomp::tests::child_vcpu_reads",
+        &format!("a vcpu thread made a forbidden syscall {}", libc::SYS_read),
+    );
+}
+
+#[test]
+fn child_console_helper_opens_a_file() {
+    if !is_child() {
+        return;
+    }
+    enter_as(&[ThreadKind::Process, ThreadKind::Vmm, ThreadKind::ConsoleIo]);
+    let mut b = [0u8; 1];
+    // stdin is allowed (it is what the helper forwards).
+    // SAFETY: a one-byte read into a local buffer.
+    unsafe { libc::read(0, b.as_mut_ptr().cast(), 1) };
+    std::thread::sleep(std::time::Duration::from_millis(1));
+    let _ = std::fs::File::open("/dev/null");
+    std::process::exit(0);
+}
+
+#[test]
+fn a_console_helper_reads_stdin_and_sleeps_but_cannot_open_files() {
+    expect_killed(
+        "seccomp::tests::child_console_helper_opens_a_file",
+        &format!(
+            "a console-io thread made a forbidden syscall {}",
+            libc::SYS_openat
+        ),
+    );
+}
+
+#[test]
+fn child_thread_prctl() {
+    if !is_child() {
+        return;
+    }
+    enter_as(&[ThreadKind::Process, ThreadKind::Api]);
+    // Naming a thread is allowed (std does it in every new thread).
+    let t = std::thread::Builder::new()
+        .name("named".into())
+        .spawn(|| 1)
+        .unwrap();
+    assert_eq!(t.join().unwrap(), 1);
+    println!("named-thread-ok");
+    // SAFETY: PR_SET_DUMPABLE with a valid value.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1) };
+    std::process::exit(0);
+}
+
+#[test]
+fn prctl_only_names_threads_and_sets_no_new_privs() {
+    expect_killed(
+        "seccomp::tests::child_thread_prctl",
+        &format!("forbidden syscall {}", libc::SYS_prctl),
+    );
+}
+
+#[test]
+fn child_forks() {
+    if !is_child() {
+        return;
+    }
+    enter_as(&[ThreadKind::Process]);
+    // Threads still start (clone3 gives ENOSYS, glibc falls back to clone
+    // with CLONE_THREAD).
+    let t = std::thread::spawn(|| 7);
+    assert_eq!(t.join().unwrap(), 7);
+    eprintln!("thread-started");
+    // SAFETY: fork; the child (if any) exits at once.
+    if unsafe { libc::fork() } == 0 {
+        // SAFETY: leaving the forked child without running anything.
+        unsafe { libc::_exit(0) };
+    }
+    std::process::exit(0);
+}
+
+#[test]
+fn no_thread_can_fork_but_threads_still_start() {
+    let (code, stderr) = in_child("seccomp::tests::child_forks");
+    assert_eq!(code, Some(SIGSYS_EXIT_CODE), "stderr: {stderr}");
+    assert!(stderr.contains("thread-started"), "stderr: {stderr}");
+    assert!(
+        stderr.contains(&format!("made a forbidden syscall {}", libc::SYS_clone)),
+        "stderr: {stderr}"
+    );
 }

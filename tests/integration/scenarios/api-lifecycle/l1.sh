@@ -161,11 +161,16 @@ config() { # $1 = scenario run tag, $2 = extra NetConfig fields
 JSON
 }
 
+# Landlock (tb_vmm_start adds --landlock) is entered at start, before any
+# vm.create: the files the configs name (word-split below; no spaces).
+LANDLOCK_RULES="path=$TB_L2_KERNEL,access=r path=$TB_L2_INITRD,access=r path=$DISK,access=rw path=$RODISK,access=r"
+
 boot_budget=$((TB_TIMEOUT / 4))
 
 # ---------------------------------------------------------------- run 1 --
 rm -f "$SOCK" "$WWW/io-stop"
-tb_vmm_start --api-socket "path=$SOCK"
+# shellcheck disable=SC2086 # LANDLOCK_RULES is a word list
+tb_vmm_start --api-socket "path=$SOCK" --landlock-rules $LANDLOCK_RULES
 if ! tb_wait_until 20 socket_up; then
     tb_fail api-socket-up "no answer on $SOCK within 20 s: $(tail -n 3 "$TB_VMM_STDERR" | tr '\n' '|')"
     tb_finish
@@ -271,7 +276,8 @@ cp "$TB_VMM_STDERR" "$TB_OUT/vmm-run1.stderr" 2>/dev/null
 
 # ---------------------------------------------------------------- run 2 --
 rm -f "$SOCK"
-tb_vmm_start --api-socket "path=$SOCK"
+# shellcheck disable=SC2086 # LANDLOCK_RULES is a word list
+tb_vmm_start --api-socket "path=$SOCK" --landlock-rules $LANDLOCK_RULES
 if ! tb_wait_until 20 socket_up; then
     tb_fail api-socket-up-run2 "no answer on $SOCK within 20 s"
     tb_finish

@@ -111,7 +111,13 @@ start() { # LABEL VMN
     rm -f "$SOCK"
     if [ "$LABEL" = ours ]; then TB_VMM=$OURS_VMM; else TB_VMM=$TB_CH_UPSTREAM; fi
     dd if=/dev/zero of="$DISK" bs=1M count=8 2>/dev/null
-    tb_vmm_start --api-socket "path=$SOCK"
+    if [ "$LABEL" = ours ]; then
+        # Under Landlock from start (tb_vmm_start): the files VMs will use.
+        tb_vmm_start --api-socket "path=$SOCK" --landlock-rules "path=$TB_L2_KERNEL,access=r" \
+            "path=$TB_L2_INITRD,access=r" "path=$DISK,access=rw"
+    else
+        tb_vmm_start --api-socket "path=$SOCK"
+    fi
     if tb_wait_until 20 socket_up; then return 0; fi
     tb_fail "$LABEL-$VMN-api-socket" "no answer on $SOCK within 20 s: $(tail -n 3 "$TB_VMM_STDERR" | tr '\n' '|')"
     tb_vmm_stop

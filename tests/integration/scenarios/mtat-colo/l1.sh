@@ -75,7 +75,8 @@ start_vm() {
     rm -f "$TB_OUT/$_n.stdin" "$(sock "$_n")"
     mkfifo "$TB_OUT/$_n.stdin"
     eval "exec $_fd<>\"\$TB_OUT/\$_n.stdin\""
-    set -- --kernel "$TB_L2_KERNEL" --initramfs "$TB_L2_INITRD" \
+    # Under Landlock as every scenario's VMM (the files come from --kernel).
+    set -- --landlock --kernel "$TB_L2_KERNEL" --initramfs "$TB_L2_INITRD" \
         --cmdline "console=ttyS0 reboot=k panic=-1 tb.run=mtat-colo tb.colo_hold_s=$((${TB_TIMEOUT:-600} - 30)) $_extra" \
         --cpus boot=1 --memory size=0 \
         --memory-zone id=fmem,size=256M,host_numa_node=0 id=smem,size=256M,host_numa_node=1 \

@@ -1,8 +1,10 @@
 # shellcheck shell=sh
 # sandbox: our VMM with seccomp (--seccomp true) and Landlock (--landlock)
 # boots a guest that uses its disk and RNG (l2.sh), and
-#  - every VMM thread runs under a seccomp filter; vCPU and device threads
-#    under their own on top of the VMM's (Seccomp_filters >= 2);
+#  - every VMM thread runs under a seccomp filter: the process ceiling
+#    (with its two no-fork filters) plus its role's own (main, http-server,
+#    device-spawner: at least 2), with vCPU, device and console-helper
+#    threads also under their creator's (at least 3);
 #  - no thread made a forbidden syscall (the VMM log has no SIGSYS report,
 #    see tb_sigsys_check, and the VMM exits 0);
 #  - after start, the VMM cannot open a path its command line did not
@@ -62,6 +64,7 @@ if tb_vmm_wait_line "@@TB-L2 READY $TB_SCENARIO" $((TB_TIMEOUT / 2)); then
     unfiltered=""
     for t in /proc/"$TB_VMM_PID"/task/*; do
         comm=$(cat "$t/comm" 2>/dev/null)
+        [ "${t##*/}" = "$TB_VMM_PID" ] && comm=main
         mode=$(awk '$1 == "Seccomp:" { print $2 }' "$t/status" 2>/dev/null)
         nf=$(awk '$1 == "Seccomp_filters:" { print $2 }' "$t/status" 2>/dev/null)
         table="$table$comm:$mode/$nf "
@@ -70,9 +73,14 @@ if tb_vmm_wait_line "@@TB-L2 READY $TB_SCENARIO" $((TB_TIMEOUT / 2)); then
         kvm-*) ;;
         *) [ "$mode" = 2 ] || unfiltered="$unfiltered $comm" ;;
         esac
+        # The process ceiling plus the thread's own; vCPUs, devices and
+        # console helpers also carry their creator's (vmm/src/seccomp.rs).
         case $comm in
-        vcpu* | virtio-* | balloon)
+        main | http-server | device-spawner)
             tb_check_ge "own-filter-$comm" "$nf" 2
+            ;;
+        vcpu* | virtio-* | balloon | serial-* | console-in)
+            tb_check_ge "own-filter-$comm" "$nf" 3
             ;;
         esac
     done
