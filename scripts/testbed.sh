@@ -163,6 +163,7 @@ fi
 # --- setup -------------------------------------------------------------
 pkgs=(busybox-static cpio xz-utils zstd kmod gcc libc6-dev linux-image-6.12-amd64)
 pkgs+=(memcached) # the mtat-colo scenario's LC service (l2-tools)
+pkgs+=(pciutils)  # lspci in the virtio-pci scenario's guest (l2-tools)
 if [[ $MODE != direct ]]; then pkgs+=(qemu-system-x86); fi
 if [[ $MODE == nested ]]; then pkgs+=(numactl linux-headers-6.12-amd64); fi
 tb_ensure_packages "${pkgs[@]}"

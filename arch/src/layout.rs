@@ -8,7 +8,8 @@
 //! 0x0000_9000  PML4, PDPTE, PDE       0x0002_0000  kernel command line
 //! 0x0009_fc00  EBDA .. 0x000f_ffff    reserved; ACPI tables at 0x000e_0000
 //! 0x0010_0000  RAM (kernel, initramfs, ...)
-//! 0xc000_0000  32-bit device hole: virtio-mmio, IOAPIC, LAPIC
+//! 0xc000_0000  32-bit device hole: PCI BARs (0xc000_0000), virtio-mmio
+//!              (0xd000_0000), PCI ECAM (0xe000_0000), IOAPIC, LAPIC
 //! 0x1_0000_0000 RAM continues
 //! ```
 
@@ -50,6 +51,20 @@ pub const RAM_64BIT_START: u64 = 0x1_0000_0000;
 pub const VIRTIO_MMIO_START: u64 = 0xd000_0000;
 /// Size of one virtio-mmio window.
 pub const VIRTIO_MMIO_SIZE: u64 = 0x1000;
+/// PCI BARs (virtio-pci) are allocated from here, in the 32-bit hole.
+pub const PCI_MMIO_START: u64 = 0xc000_0000;
+/// Size of the PCI BAR window (the host bridge's `_CRS` memory range).
+pub const PCI_MMIO_SIZE: u64 = 0x1000_0000;
+/// ECAM (memory-mapped PCI configuration space) of bus 0, described by
+/// the MCFG table.
+pub const PCI_ECAM_START: u64 = 0xe000_0000;
+/// ECAM size: one bus (32 devices x 8 functions x 4 KiB).
+pub const PCI_ECAM_SIZE: u64 = 0x10_0000;
+/// I/O ports of PCI configuration mechanism #1 (0xcf8 address, 0xcfc data).
+pub const PCI_CONFIG_IO_PORT: u16 = 0xcf8;
+/// First GSI for MSI-X vectors: above the IOAPIC's pins, routed by KVM
+/// GSI routing to MSI messages.
+pub const PCI_MSI_FIRST_GSI: u32 = IOAPIC_NUM_PINS;
 /// IOAPIC base address (the standard one).
 pub const IOAPIC_START: u64 = 0xfec0_0000;
 /// Local APIC base address (the standard one).

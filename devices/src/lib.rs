@@ -9,7 +9,9 @@
 mod bus;
 pub mod event_loop;
 pub mod legacy;
+pub mod pci;
 pub mod sandbox;
+pub mod transport;
 pub mod virtio;
 
 pub use bus::{Bus, BusDevice, BusError};

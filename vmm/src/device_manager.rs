@@ -12,22 +12,25 @@
 //! interrupt until [`DeviceManager::resume`].
 //!
 //! Transports are behind [`Transport`]: the device models never see which
-//! one carries them, so a second transport (virtio-pci) is a new attach
-//! function and a new [`Transport`] implementation here.
+//! one carries them. virtio-mmio is the default; after
+//! [`DeviceManager::enable_pci`] every virtio device goes on the PCI root
+//! bus instead (`crate::virtio_pci`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use arch::acpi::VirtioMmioDesc;
+use arch::acpi::{PciHostDesc, VirtioMmioDesc};
 use demeter_balloon::BalloonHandle;
 use devices::event_loop::DeviceLoop;
 use devices::legacy::{GedDevice, SerialDevice};
+use devices::transport::virtio_pci::PciInterrupt;
 use devices::virtio::{DeviceCounters, GuestMemoryMmap, MmioInterrupt, VirtioDevice};
 use devices::Bus;
 use kvm_ioctls::VmFd;
 
 use crate::virtio_mmio::VirtioMmioAllocator;
+use crate::virtio_pci::PciSegment;
 use crate::vm::VmError;
 
 /// How long [`DeviceManager::pause`] waits for one device thread to park:
@@ -57,6 +60,18 @@ impl Transport for MmioInterrupt {
     }
 }
 
+impl Transport for PciInterrupt {
+    fn hold_interrupts(&self) {
+        self.hold();
+    }
+    fn release_interrupts(&self) -> std::io::Result<()> {
+        self.release()
+    }
+    fn interrupts(&self) -> u64 {
+        self.signalled()
+    }
+}
+
 /// One virtio device and what belongs to it.
 struct VirtioSlot {
     id: String,
@@ -74,6 +89,8 @@ pub struct DeviceManager {
     virtio: Vec<VirtioSlot>,
     mmio_alloc: VirtioMmioAllocator,
     mmio_descs: Vec<VirtioMmioDesc>,
+    /// The PCI root bus, when virtio devices go on PCI.
+    pci: Option<PciSegment>,
     serial: Option<Arc<Mutex<SerialDevice>>>,
     ged: Option<Arc<Mutex<GedDevice>>>,
     balloon: Option<BalloonHandle>,
@@ -121,14 +138,33 @@ impl DeviceManager {
         self.balloon.as_ref()
     }
 
+    /// Puts a PCI root bus in the VM (ECAM, configuration ports); virtio
+    /// devices attached from now on are virtio-pci functions on it.
+    pub fn enable_pci(&mut self, vm_fd: Arc<VmFd>) -> Result<(), VmError> {
+        if self.pci.is_none() {
+            self.pci = Some(PciSegment::new(
+                vm_fd,
+                &mut self.io_bus,
+                &mut self.mmio_bus,
+            )?);
+        }
+        Ok(())
+    }
+
+    /// What the MCFG table and the DSDT's host bridge describe, with PCI.
+    pub fn pci_host(&self) -> Option<PciHostDesc> {
+        self.pci.as_ref().map(PciSegment::host_desc)
+    }
+
     /// What the DSDT must describe: every virtio-mmio window.
     pub fn mmio_descs(&self) -> Vec<VirtioMmioDesc> {
         self.mmio_descs.clone()
     }
 
-    /// Attaches `device` as `id` behind a virtio-mmio window: starts its
-    /// device thread (here, on the VMM thread, confined by its own
-    /// filter), wires the transport into KVM and keeps everything.
+    /// Attaches `device` as `id` behind a virtio-mmio window, or as a
+    /// virtio-pci function once [`DeviceManager::enable_pci`] was called:
+    /// starts its device thread (here, on the VMM thread, confined by its
+    /// own filter), wires the transport into KVM and keeps everything.
     pub fn attach_virtio(
         &mut self,
         vm_fd: &VmFd,
@@ -142,19 +178,25 @@ impl DeviceManager {
         };
         let thread =
             DeviceLoop::spawn(name).map_err(|e| VmError::Io("starting a device thread", e))?;
-        let (desc, interrupt) = crate::virtio_mmio::attach(
-            vm_fd,
-            &mut self.mmio_bus,
-            &mut self.mmio_alloc,
-            mem,
-            device,
-            thread.handle(),
-        )?;
-        self.mmio_descs.push(desc);
+        let transport: Arc<dyn Transport> = match &mut self.pci {
+            Some(pci) => pci.attach(vm_fd, &mut self.mmio_bus, mem, device, thread.handle())?,
+            None => {
+                let (desc, interrupt) = crate::virtio_mmio::attach(
+                    vm_fd,
+                    &mut self.mmio_bus,
+                    &mut self.mmio_alloc,
+                    mem,
+                    device,
+                    thread.handle(),
+                )?;
+                self.mmio_descs.push(desc);
+                interrupt
+            }
+        };
         self.virtio.push(VirtioSlot {
             id,
             counters,
-            transport: interrupt,
+            transport,
             thread,
         });
         Ok(())

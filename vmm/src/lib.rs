@@ -17,6 +17,7 @@ pub mod landlock;
 pub mod memory;
 pub mod seccomp;
 pub mod virtio_mmio;
+pub mod virtio_pci;
 pub mod vm;
 mod vmm;
 

@@ -64,10 +64,22 @@ struct Cli {
     /// them).
     #[arg(long, value_name = "true|false|log", default_value = "true")]
     seccomp: String,
-    /// Restrict file access to the paths the configuration names (needs
-    /// --kernel: the configuration must be known at start).
+    /// Restrict file access, from start, to the paths the command-line
+    /// configuration names plus --landlock-rules (without --kernel: /dev/kvm,
+    /// /dev/net/tun, /dev/urandom, the API socket's directory and the rules).
     #[arg(long)]
     landlock: bool,
+    #[arg(long = "landlock-rules", help = vmm::landlock::RULES_SYNTAX, num_args = 1.., action = clap::ArgAction::Append)]
+    landlock_rules: Vec<String>,
+    /// Transport of every virtio device (our extension; upstream is
+    /// PCI-only): mmio (virtio-mmio windows in the DSDT) or pci (a PCI
+    /// root bus with ECAM, virtio-pci functions, MSI-X). See docs/virtio-pci.md.
+    #[arg(
+        long = "virtio-transport",
+        value_name = "mmio|pci",
+        default_value = "mmio"
+    )]
+    virtio_transport: vmm::virtio_pci::VirtioTransport,
 }
 
 fn build_config(cli: &Cli) -> Result<VmConfig, String> {
@@ -141,9 +153,10 @@ fn check_payload_files(config: &VmConfig) -> Result<(), String> {
     Ok(())
 }
 
-/// Landlock, then the device spawner, then the VMM thread's seccomp filter:
-/// in this order because each later thread inherits what is in force when
-/// it starts. Runs before any other thread exists.
+/// Landlock, then the process-wide seccomp ceiling, then the device
+/// spawner (which narrows its own filter): in this order because each later
+/// thread inherits what is in force when it starts. Runs before any other
+/// thread exists; [`narrow_vmm_thread`] follows once the API server runs.
 fn confine(
     cli: &Cli,
     config: Option<&VmConfig>,
@@ -151,15 +164,25 @@ fn confine(
 ) -> Result<(), String> {
     use vmm::seccomp::{self, SeccompMode, ThreadKind};
     let mode = SeccompMode::parse(&cli.seccomp)?;
+    let extra = cli
+        .landlock_rules
+        .iter()
+        .map(|r| vmm::landlock::parse_rule(r))
+        .collect::<Result<Vec<_>, _>>()?;
+    if !extra.is_empty() && !cli.landlock {
+        return Err("--landlock-rules needs --landlock".into());
+    }
     if cli.landlock {
-        let config =
-            config.ok_or("--landlock needs --kernel (the configuration must be known at start)")?;
         let socket = match api_socket {
             Some(api::ApiSocket::Path(p)) => Some(p.as_path()),
             _ => None,
         };
-        vmm::landlock::restrict(&vmm::landlock::rules_for(config, socket))
-            .map_err(|e| e.to_string())?;
+        let mut rules = match config {
+            Some(c) => vmm::landlock::rules_for(c, socket),
+            None => vmm::landlock::rules_without_config(socket),
+        };
+        rules.extend(extra);
+        vmm::landlock::restrict(&rules).map_err(|e| e.to_string())?;
     }
     if mode == SeccompMode::Off {
         return Ok(());
@@ -177,8 +200,20 @@ fn confine(
     }
     seccomp::set_mode(mode);
     seccomp::install_sigsys_handler().map_err(|e| format!("seccomp: SIGSYS handler: {e}"))?;
+    seccomp::enter(ThreadKind::Process).map_err(|e| e.to_string())?;
     devices::sandbox::install(seccomp::device_sandbox_hook())
         .map_err(|e| format!("seccomp: starting the device spawner: {e}"))?;
+    Ok(())
+}
+
+/// The main thread's own filter, once the threads that need what it does
+/// not (the API server: accept, bind) have started.
+fn narrow_vmm_thread(cli: &Cli) -> Result<(), String> {
+    use vmm::seccomp::{self, SeccompMode, ThreadKind};
+    let mode = SeccompMode::parse(&cli.seccomp)?;
+    if mode == SeccompMode::Off {
+        return Ok(());
+    }
     seccomp::enter(ThreadKind::Vmm).map_err(|e| e.to_string())?;
     log::info!("seccomp: a filter per thread kind ({mode:?} on a denied syscall)");
     Ok(())
@@ -206,7 +241,11 @@ fn init_logging(cli: &Cli) -> Result<(), String> {
 fn start_api(socket: api::ApiSocket) -> std::io::Result<vmm::ApiEndpoint> {
     let (sender, receiver) = api::channel()?;
     let kill_evt = vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK)?;
-    let thread = api::start_http_server(socket, sender, kill_evt.try_clone()?)?;
+    let options = api::ServerOptions {
+        confine_thread: Some(vmm::seccomp::enter_api),
+        ..Default::default()
+    };
+    let thread = api::start_http_server_with(socket, sender, kill_evt.try_clone()?, options)?;
     Ok(vmm::ApiEndpoint {
         receiver,
         kill_evt,
@@ -216,6 +255,7 @@ fn start_api(socket: api::ApiSocket) -> std::io::Result<vmm::ApiEndpoint> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    vmm::virtio_pci::set_transport(cli.virtio_transport);
     if let Err(e) = init_logging(&cli) {
         eprintln!("cloud-hypervisor: {e}");
         return ExitCode::FAILURE;
@@ -277,6 +317,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Err(e) = narrow_vmm_thread(&cli) {
+        eprintln!("cloud-hypervisor: {e}");
+        return ExitCode::FAILURE;
+    }
     let result = Vmm::new(config, signals, api).and_then(Vmm::run);
     drop(_raw_terminal);
     match result {

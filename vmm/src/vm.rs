@@ -81,7 +81,7 @@ pub struct Vm {
     devices: DeviceManager,
     memory: MemoryManager,
     events: VmEvents,
-    _vm_fd: VmFd,
+    _vm_fd: Arc<VmFd>,
 }
 
 impl Vm {
@@ -90,7 +90,7 @@ impl Vm {
         let payload = config.payload.as_ref().ok_or(VmError::NoPayload)?;
         let kernel = payload.kernel.as_ref().ok_or(VmError::NoPayload)?;
         let kvm = Kvm::new().map_err(|e| VmError::Kvm("opening /dev/kvm", e))?;
-        let vm_fd = boot::create_vm(&kvm)?;
+        let vm_fd = Arc::new(boot::create_vm(&kvm)?);
         let memory = MemoryManager::new(config, &vm_fd)?;
         let events = VmEvents::new()?;
         let loaded = boot::load_payload(payload, kernel, &memory)?;
@@ -234,5 +234,6 @@ fn acpi_config(
         max_vcpus: config.cpus.max_vcpus,
         numa,
         virtio_mmio,
+        pci: None,
     }
 }

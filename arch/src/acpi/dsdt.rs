@@ -14,6 +14,7 @@
 //!             If (Local1 == POWER_BUTTON_BIT) { Notify (\_SB_.PWRB, 0x80) }
 //!         }
 //!     Device (VRnn)  LNRO0005, one per virtio-mmio window
+//!     Device (PCI0), Device (MBRD)   with a PCI root bus (`pci.rs`)
 //! }
 //! ```
 
@@ -157,6 +158,9 @@ pub(super) fn build_dsdt(cfg: &AcpiConfig) -> Vec<u8> {
     devices.extend(generic_event_device());
     for (index, dev) in cfg.virtio_mmio.iter().enumerate() {
         devices.extend(virtio_mmio_device(index, dev));
+    }
+    if let Some(pci) = &cfg.pci {
+        devices.extend(super::pci::host_bridge(pci));
     }
     let mut dsdt = new_sdt(*b"DSDT", DSDT_REVISION, *b"CHDSDT  ");
     dsdt.append_slice(&aml_bytes(&s5_package()));

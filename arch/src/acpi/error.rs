@@ -9,6 +9,19 @@ pub enum AcpiError {
     /// The configuration has no vCPU.
     #[error("at least one vCPU is required")]
     NoVcpus,
+    /// The PCI host bridge's ECAM or BAR window is empty, misaligned or
+    /// not entirely below 4 GiB (both are 32-bit resources here).
+    #[error(
+        "PCI {what} {base:#x}+{size:#x} must be non-empty, 1 MiB aligned for ECAM, and below 4 GiB"
+    )]
+    InvalidPciWindow {
+        /// "ECAM" or "BAR window".
+        what: &'static str,
+        /// Base address.
+        base: u64,
+        /// Size.
+        size: u64,
+    },
     /// Two NUMA nodes share a proximity domain.
     #[error("NUMA proximity domain {0} is configured more than once")]
     DuplicateProximityDomain(u32),

@@ -9,7 +9,8 @@
 //! RSDP (rev 2, first in the area, so the BIOS-area scan finds it too)
 //!  └─ XSDT ─┬─ FACP (FADT 6.5, HW_REDUCED_ACPI) ── X_DSDT ── DSDT
 //!           ├─ APIC (MADT)
-//!           └─ SRAT, SLIT, HMAT   (only when NUMA nodes are configured)
+//!           ├─ SRAT, SLIT, HMAT   (only when NUMA nodes are configured)
+//!           └─ MCFG               (only with a PCI root bus, `pci.rs`)
 //! ```
 //!
 //! Each table lives in its own file: `fadt.rs`, `dsdt.rs`, `madt.rs`,
@@ -22,6 +23,7 @@ mod fadt;
 mod hmat;
 mod madt;
 mod numa;
+mod pci;
 #[cfg(test)]
 mod test_util;
 mod validate;
@@ -74,6 +76,24 @@ pub struct AcpiConfig {
     pub numa: Vec<NumaNodeDesc>,
     /// virtio-mmio transports, described in the DSDT as `LNRO0005` devices.
     pub virtio_mmio: Vec<VirtioMmioDesc>,
+    /// The PCI root bus (virtio-pci), described by the MCFG table and a
+    /// host bridge in the DSDT. None: no PCI.
+    pub pci: Option<PciHostDesc>,
+}
+
+/// The PCI host bridge of segment 0 (bus 0 only).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PciHostDesc {
+    /// ECAM base of bus 0.
+    pub ecam_base: u64,
+    /// ECAM size (1 MiB per bus).
+    pub ecam_size: u64,
+    /// Base of the 32-bit memory window the BARs are in.
+    pub mmio_base: u64,
+    /// Size of that window.
+    pub mmio_size: u64,
+    /// First of the eight configuration mechanism #1 ports (0xcf8).
+    pub config_io_port: u16,
 }
 
 /// One guest NUMA node.
@@ -317,6 +337,7 @@ fn build_tables_in(
         return Err(AcpiError::NoVcpus);
     }
     validate::check_virtio_mmio(cfg)?;
+    validate::check_pci(cfg)?;
     let numa = validate::resolve_numa(cfg)?;
 
     let mut placer = Placer::new(start, end);
@@ -330,6 +351,9 @@ fn build_tables_in(
         xsdt_entries.push(placer.place(*b"SRAT", numa::build_srat(topology)));
         xsdt_entries.push(placer.place(*b"SLIT", numa::build_slit(topology)));
         xsdt_entries.push(placer.place(*b"HMAT", hmat::build_hmat(topology)));
+    }
+    if let Some(pci) = &cfg.pci {
+        xsdt_entries.push(placer.place(*b"MCFG", pci::build_mcfg(pci)));
     }
     let mut xsdt = XSDT::new(OEM_ID, *b"CHXSDT  ", OEM_REVISION);
     for addr in xsdt_entries {

@@ -99,6 +99,7 @@ pub fn two_node_config() -> AcpiConfig {
             },
         ],
         virtio_mmio: virtio_devices(2),
+        pci: None,
     }
 }
 
@@ -127,5 +128,6 @@ pub fn three_node_config() -> AcpiConfig {
             },
         ],
         virtio_mmio: Vec::new(),
+        pci: None,
     }
 }

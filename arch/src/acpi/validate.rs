@@ -113,6 +113,34 @@ pub(super) fn check_virtio_mmio(cfg: &AcpiConfig) -> Result<(), AcpiError> {
     Ok(())
 }
 
+/// Checks the PCI host bridge's windows: ECAM of one bus (1 MiB aligned)
+/// and the BAR window, both non-empty and below 4 GiB.
+pub(super) fn check_pci(cfg: &AcpiConfig) -> Result<(), AcpiError> {
+    let Some(pci) = &cfg.pci else {
+        return Ok(());
+    };
+    let below_4g =
+        |base: u64, size: u64| size > 0 && base.checked_add(size).is_some_and(|end| end <= 1 << 32);
+    if !below_4g(pci.ecam_base, pci.ecam_size)
+        || pci.ecam_size != 1 << 20
+        || !pci.ecam_base.is_multiple_of(1 << 20)
+    {
+        return Err(AcpiError::InvalidPciWindow {
+            what: "ECAM",
+            base: pci.ecam_base,
+            size: pci.ecam_size,
+        });
+    }
+    if !below_4g(pci.mmio_base, pci.mmio_size) {
+        return Err(AcpiError::InvalidPciWindow {
+            what: "BAR window",
+            base: pci.mmio_base,
+            size: pci.mmio_size,
+        });
+    }
+    Ok(())
+}
+
 /// Validates `cfg.numa` and resolves it; `None` when no NUMA is configured.
 pub(super) fn resolve_numa(cfg: &AcpiConfig) -> Result<Option<NumaTopology>, AcpiError> {
     let Some(first_node) = cfg.numa.first() else {
@@ -408,6 +436,43 @@ mod tests {
             vcpus,
             numa: nodes,
             ..Default::default()
+        }
+    }
+
+    #[test]
+    fn pci_windows_must_be_32_bit_and_ecam_one_aligned_bus() {
+        let good = crate::acpi::PciHostDesc {
+            ecam_base: 0xe000_0000,
+            ecam_size: 1 << 20,
+            mmio_base: 0xc000_0000,
+            mmio_size: 0x1000_0000,
+            config_io_port: 0xcf8,
+        };
+        let with = |pci| AcpiConfig {
+            vcpus: 1,
+            pci: Some(pci),
+            ..Default::default()
+        };
+        assert!(check_pci(&with(good)).is_ok());
+        for bad in [
+            crate::acpi::PciHostDesc {
+                ecam_base: 0xe008_0000,
+                ..good
+            },
+            crate::acpi::PciHostDesc {
+                ecam_size: 2 << 20,
+                ..good
+            },
+            crate::acpi::PciHostDesc {
+                mmio_base: 0xffff_0000,
+                ..good
+            },
+            crate::acpi::PciHostDesc {
+                mmio_size: 0,
+                ..good
+            },
+        ] {
+            assert!(check_pci(&with(bad)).is_err(), "{bad:?}");
         }
     }
 

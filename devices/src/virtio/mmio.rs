@@ -167,8 +167,11 @@ impl MmioInterrupt {
     }
 }
 
-impl VirtioInterrupt for MmioInterrupt {
-    fn trigger(&self, int_type: VirtioInterruptType) -> std::io::Result<()> {
+impl MmioInterrupt {
+    /// Records `int_type` in InterruptStatus (and bumps ConfigGeneration
+    /// for a configuration change) without signalling: virtio-pci keeps
+    /// the same status for its ISR register and signals MSI-X itself.
+    pub(crate) fn latch(&self, int_type: VirtioInterruptType) {
         let bit = match int_type {
             VirtioInterruptType::Config => {
                 // Section 4.2.2: ConfigGeneration changes whenever the
@@ -179,6 +182,17 @@ impl VirtioInterrupt for MmioInterrupt {
             VirtioInterruptType::Queue(_) => INT_USED_BUFFER,
         };
         self.status.fetch_or(bit, Ordering::SeqCst);
+    }
+
+    /// Reads and clears InterruptStatus (virtio-pci's ISR is read-to-clear).
+    pub(crate) fn take_status(&self) -> u32 {
+        self.status.swap(0, Ordering::SeqCst)
+    }
+}
+
+impl VirtioInterrupt for MmioInterrupt {
+    fn trigger(&self, int_type: VirtioInterruptType) -> std::io::Result<()> {
+        self.latch(int_type);
         if self.paused.load(Ordering::SeqCst) {
             self.deferred.store(true, Ordering::SeqCst);
             return Ok(());
@@ -210,6 +224,9 @@ pub struct MmioTransport {
     slow_resets: u64,
     mem: GuestMemoryMmap,
     interrupt: Arc<MmioInterrupt>,
+    /// What the device interrupts through, when not `interrupt` (the
+    /// virtio-pci transport reuses this state machine with MSI-X).
+    device_interrupt: Option<Arc<dyn VirtioInterrupt>>,
     queue_evts: Vec<EventFd>,
     queues: Vec<Queue>,
     /// A queue whose size or address the driver set to something invalid:
@@ -255,6 +272,7 @@ impl MmioTransport {
             slow_resets: 0,
             mem,
             interrupt: Arc::new(MmioInterrupt::new(irq)),
+            device_interrupt: None,
             queue_evts,
             queues: Vec::new(),
             queue_bad: Vec::new(),
@@ -285,6 +303,25 @@ impl MmioTransport {
     /// The interrupt state shared with the device.
     pub fn interrupt(&self) -> Arc<MmioInterrupt> {
         self.interrupt.clone()
+    }
+
+    /// Makes the device interrupt through `interrupt` instead of this
+    /// window's GSI (InterruptStatus is then `interrupt`'s business).
+    pub(crate) fn set_device_interrupt(&mut self, interrupt: Arc<dyn VirtioInterrupt>) {
+        self.device_interrupt = Some(interrupt);
+    }
+
+    /// How many queues the device has now.
+    pub(crate) fn num_queues(&self) -> usize {
+        self.queues.len()
+    }
+
+    /// Queue `index`'s size and ring addresses (descriptor table, driver
+    /// area, device area), as the driver set them.
+    pub(crate) fn queue_layout(&self, index: usize) -> Option<(u16, u64, u64, u64)> {
+        self.queues
+            .get(index)
+            .map(|q| (q.size(), q.desc_table(), q.avail_ring(), q.used_ring()))
     }
 
     /// The device behind this window.
@@ -521,10 +558,14 @@ impl MmioTransport {
                 }
             }
         }
+        let interrupt: Arc<dyn VirtioInterrupt> = match &self.device_interrupt {
+            Some(i) => i.clone(),
+            None => self.interrupt.clone(),
+        };
         let result = match error {
             Some(e) => Err(e),
             None => lock(&self.device)
-                .activate(self.mem.clone(), self.interrupt.clone(), active)
+                .activate(self.mem.clone(), interrupt.clone(), active)
                 .map_err(|e| e.to_string())
                 .and_then(|handler| {
                     self.event_loop
@@ -537,7 +578,7 @@ impl MmioTransport {
             Err(e) => {
                 self.misuse(Misuse::Activate, format_args!("activation failed: {e}"));
                 self.status |= status::DEVICE_NEEDS_RESET;
-                let _ = self.interrupt.trigger(VirtioInterruptType::Config);
+                let _ = interrupt.trigger(VirtioInterruptType::Config);
             }
         }
     }

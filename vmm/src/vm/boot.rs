@@ -148,13 +148,16 @@ pub(super) fn add_platform_devices(
 }
 
 /// The virtio devices the configuration names, in the order of their
-/// MMIO windows: balloon, entropy, console, disks, NICs.
+/// MMIO windows (or PCI slots): balloon, entropy, console, disks, NICs.
 pub(super) fn add_virtio_devices(
     config: &VmConfig,
-    vm_fd: &VmFd,
+    vm_fd: &Arc<VmFd>,
     memory: &MemoryManager,
     devices: &mut DeviceManager,
 ) -> Result<(), VmError> {
+    if crate::virtio_pci::transport() == crate::virtio_pci::VirtioTransport::Pci {
+        devices.enable_pci(vm_fd.clone())?;
+    }
     let mem = memory.guest_memory();
     let attach = |devices: &mut DeviceManager, id: String, dev: Arc<Mutex<dyn VirtioDevice>>| {
         devices.attach_virtio(vm_fd, mem, id, dev)
@@ -197,7 +200,8 @@ pub(super) fn write_boot_tables(
 ) -> Result<(), VmError> {
     let mem = memory.guest_memory();
     arch::regs::write_boot_structures(mem)?;
-    let acpi = super::acpi_config(config, memory, devices.mmio_descs());
+    let mut acpi = super::acpi_config(config, memory, devices.mmio_descs());
+    acpi.pci = devices.pci_host();
     let rsdp =
         arch::acpi::create_acpi_tables(mem, &acpi).map_err(|e| VmError::Acpi(e.to_string()))?;
     arch::boot::write_boot_params(
