@@ -18,6 +18,8 @@ use std::process::{Child, Command, Stdio};
 use api::client::{api_request, HttpResponse, Method};
 use vmm_sys_util::tempdir::TempDir;
 
+mod common;
+
 /// The fd number the child gets its API listener on.
 const API_FD: i32 = 3;
 /// What the SIGSYS handler prints (vmm/src/seccomp.rs).
@@ -25,30 +27,7 @@ const SIGSYS_REPORT: &str = "made a forbidden syscall";
 
 /// An ELF64 "kernel" whose entry is `cli; hlt; jmp hlt` at 1 MiB.
 fn halting_kernel(path: &Path) {
-    const ENTRY: u64 = 0x10_0000;
-    const CODE_OFFSET: u64 = 0x1000;
-    let code = [0xfa, 0xf4, 0xeb, 0xfd];
-    let mut elf = Vec::new();
-    elf.extend_from_slice(b"\x7fELF\x02\x01\x01\0");
-    elf.extend_from_slice(&[0; 8]);
-    elf.extend_from_slice(&2u16.to_le_bytes()); // ET_EXEC
-    elf.extend_from_slice(&0x3eu16.to_le_bytes()); // x86-64
-    elf.extend_from_slice(&1u32.to_le_bytes());
-    elf.extend_from_slice(&ENTRY.to_le_bytes());
-    elf.extend_from_slice(&64u64.to_le_bytes()); // program headers
-    elf.extend_from_slice(&0u64.to_le_bytes()); // no section headers
-    elf.extend_from_slice(&0u32.to_le_bytes());
-    for half in [64u16, 56, 1, 0, 0, 0] {
-        elf.extend_from_slice(&half.to_le_bytes());
-    }
-    elf.extend_from_slice(&1u32.to_le_bytes()); // PT_LOAD
-    elf.extend_from_slice(&5u32.to_le_bytes()); // R+X
-    for word in [CODE_OFFSET, ENTRY, ENTRY, 4, 4, 0x1000] {
-        elf.extend_from_slice(&word.to_le_bytes());
-    }
-    elf.resize(CODE_OFFSET as usize, 0);
-    elf.extend_from_slice(&code);
-    fs::write(path, elf).expect("write the kernel");
+    common::kernel(path, &[0xfa, 0xf4, 0xeb, 0xfd]);
 }
 
 fn disk(path: &Path, marker: &[u8]) {

@@ -9,11 +9,13 @@
 //! runs wherever /dev/kvm runs 64-bit code, PVM hosts included.
 
 use std::fs;
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use vmm_sys_util::tempdir::TempDir;
+
+mod common;
+use common::kernel;
 
 /// The guest, assembled from (GNU as, AT&T syntax):
 ///
@@ -52,34 +54,6 @@ const GUEST: [u8; 196] = [
     0x0a, 0x72, 0x03, 0x83, 0xc0, 0x27, 0x83, 0xc0, 0x30, 0xee, 0xff, 0xc9, 0x75, 0xe6, 0xb0, 0x0a,
     0xee, 0x59, 0x58, 0xc3,
 ];
-
-/// An ELF64 "kernel" with `code` at 1 MiB, its entry.
-fn kernel(path: &Path, code: &[u8]) {
-    const ENTRY: u64 = 0x10_0000;
-    const CODE_OFFSET: u64 = 0x1000;
-    let len = code.len() as u64;
-    let mut elf = Vec::new();
-    elf.extend_from_slice(b"\x7fELF\x02\x01\x01\0");
-    elf.extend_from_slice(&[0; 8]);
-    elf.extend_from_slice(&2u16.to_le_bytes()); // ET_EXEC
-    elf.extend_from_slice(&0x3eu16.to_le_bytes()); // x86-64
-    elf.extend_from_slice(&1u32.to_le_bytes());
-    elf.extend_from_slice(&ENTRY.to_le_bytes());
-    elf.extend_from_slice(&64u64.to_le_bytes()); // program headers
-    elf.extend_from_slice(&0u64.to_le_bytes()); // no section headers
-    elf.extend_from_slice(&0u32.to_le_bytes());
-    for half in [64u16, 56, 1, 0, 0, 0] {
-        elf.extend_from_slice(&half.to_le_bytes());
-    }
-    elf.extend_from_slice(&1u32.to_le_bytes()); // PT_LOAD
-    elf.extend_from_slice(&5u32.to_le_bytes()); // R+X
-    for word in [CODE_OFFSET, ENTRY, ENTRY, len, len, 0x1000] {
-        elf.extend_from_slice(&word.to_le_bytes());
-    }
-    elf.resize(CODE_OFFSET as usize, 0);
-    elf.extend_from_slice(code);
-    fs::write(path, elf).expect("write the kernel");
-}
 
 fn kvm_available() -> bool {
     fs::OpenOptions::new()
