@@ -7,6 +7,8 @@
 #   block, net, console, rng   virtio chains of each device (descriptor
 #                              tables, avail rings, request contents)
 #   mmio                       the virtio-mmio transport's registers
+#   pci                        a virtio-pci function's config space and
+#                              BAR (common/notify/ISR/device config, MSI-X)
 #   balloon                    inflate/deflate PFN lists and statistics
 #   http                       the REST API's request parser and router
 #                              (properties, and as many mutated requests
@@ -32,10 +34,11 @@ declare -A ARGS=(
     [console]="-p devices --lib fuzz_console_queues"
     [rng]="-p devices --lib fuzz_rng_requests"
     [mmio]="-p devices --test fuzz_mmio"
+    [pci]="-p devices --lib fuzz_pci_guest_accesses"
     [balloon]="-p demeter_balloon --test fuzz_queues"
     [http]="-p api --test fuzz_routing"
 )
-ORDER=(block net console rng mmio balloon http)
+ORDER=(block net console rng mmio pci balloon http)
 
 targets=("$@")
 ((${#targets[@]})) || targets=("${ORDER[@]}")

@@ -15,7 +15,7 @@ pub mod chain;
 pub mod console;
 pub mod fault;
 #[cfg(test)]
-mod fuzz_support;
+pub(crate) mod fuzz_support;
 mod mmio;
 pub mod net;
 pub mod rng;

@@ -5,6 +5,7 @@ use super::*;
 use crate::event_loop::DeviceLoop;
 use crate::pci::MsiMessage;
 use crate::virtio::{Rng, VirtioInterrupt};
+use proptest::prelude::*;
 use vm_memory::GuestAddress;
 
 const BAR: u64 = 0xc000_0000;
@@ -213,39 +214,51 @@ fn queue_setup_outside_the_window_is_refused_by_the_state_machine() {
     assert_eq!(bar_r(d, 0x1a, 2), u64::from(NO_VECTOR));
 }
 
-/// xorshift64: deterministic and dependency-free.
-fn next(state: &mut u64) -> u64 {
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    *state
+/// One guest access to the function: where, how wide, what value.
+#[derive(Debug, Clone)]
+enum GuestAccess {
+    /// Config space at any offset, also past its end.
+    Config { off: u16, len: usize, value: u64 },
+    /// Memory and bus mastering on, as a driver sets them.
+    EnableDecoding,
+    /// BAR 0 at any offset, also past its end.
+    Bar { off: u64, len: usize, value: u64 },
 }
 
-#[test]
-fn random_guest_writes_never_panic() {
-    let mut f = fixture();
-    let d = &mut f.dev;
-    let mut s = 0x9e37_79b9_7f4a_7c15u64;
-    for _ in 0..20_000 {
-        let r = next(&mut s);
-        let len = [1usize, 2, 4, 8, 3][(r % 5) as usize];
-        let value = next(&mut s);
-        let bytes = &value.to_le_bytes()[..len];
-        let mut out = vec![0u8; len];
-        match (r >> 8) % 4 {
-            0 => {
-                let off = ((r >> 16) % 0x1100) as u16;
-                d.config_write(off, bytes);
-                d.config_read(off, &mut out);
-            }
-            1 => cfg_w(d, 4, 2, 0x6),
-            _ => {
-                let off = (r >> 16) % (BAR_SIZE + 0x100);
-                d.write(off, bytes);
-                d.read(off, &mut out);
+fn guest_access() -> impl Strategy<Value = GuestAccess> {
+    let len = prop::sample::select(vec![1usize, 2, 3, 4, 8]);
+    prop_oneof![
+        1 => (0u16..0x1100, len.clone(), any::<u64>())
+            .prop_map(|(off, len, value)| GuestAccess::Config { off, len, value }),
+        1 => Just(GuestAccess::EnableDecoding),
+        2 => (0..BAR_SIZE + 0x100, len, any::<u64>())
+            .prop_map(|(off, len, value)| GuestAccess::Bar { off, len, value }),
+    ]
+}
+
+proptest! {
+    // FUZZ_CASES sequences (scripts/fuzz.sh pci), 64 under cargo test.
+    #![proptest_config(ProptestConfig::with_cases(crate::virtio::fuzz_support::cases()))]
+    #[test]
+    fn fuzz_pci_guest_accesses(ops in prop::collection::vec(guest_access(), 1..400)) {
+        let mut f = fixture();
+        let d = &mut f.dev;
+        for op in ops {
+            match op {
+                GuestAccess::Config { off, len, value } => {
+                    let mut out = vec![0u8; len];
+                    d.config_write(off, &value.to_le_bytes()[..len]);
+                    d.config_read(off, &mut out);
+                }
+                GuestAccess::EnableDecoding => cfg_w(d, 4, 2, 0x6),
+                GuestAccess::Bar { off, len, value } => {
+                    let mut out = vec![0u8; len];
+                    d.write(off, &value.to_le_bytes()[..len]);
+                    d.read(off, &mut out);
+                }
             }
         }
+        // Whatever happened, the function still identifies itself.
+        prop_assert_eq!(cfg_r(d, 0, 2), 0x1af4);
     }
-    // Whatever happened, the function still identifies itself.
-    assert_eq!(cfg_r(d, 0, 2), 0x1af4);
 }
