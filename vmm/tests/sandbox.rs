@@ -254,11 +254,9 @@ fn seccomp_is_on_by_default_and_an_api_lifecycle_makes_no_forbidden_syscall() {
     vmm.shut_down();
 }
 
-#[test]
-fn under_landlock_a_vm_created_later_cannot_open_a_path_outside_the_command_line() {
-    assert!(kvm_available(), "these tests need /dev/kvm");
-    let dir = TempDir::new_with_prefix("/tmp/vmm-landlock-").expect("tempdir");
-    let dir = dir.as_path();
+/// `inside/` with a halting kernel and a disk, and a disk in `outside/`:
+/// (inside, kernel, the disk inside, the disk outside).
+fn landlock_files(dir: &Path) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
     let inside = dir.join("inside");
     let outside = dir.join("outside");
     fs::create_dir(&inside).expect("mkdir");
@@ -269,18 +267,14 @@ fn under_landlock_a_vm_created_later_cannot_open_a_path_outside_the_command_line
     let other = outside.join("disk.raw");
     disk(&named, b"inside");
     disk(&other, b"outside");
-    let vmm = start_halting_vm(dir, &kernel, &named, &["--landlock"]);
-    assert_eq!(vmm.state(), "Running", "VMM log: {}", vmm.log());
-    assert!(
-        vmm.log().contains("landlock: FullyEnforced"),
-        "{}",
-        vmm.log()
-    );
-    vmm.ok("vm.shutdown", None);
-    vmm.ok("vm.delete", None);
+    (inside, kernel, named, other)
+}
 
-    // Creating may or may not look at the disk; booting must open it.
-    let created = vmm.put("vm.create", Some(&vm_config(&kernel, &other)));
+/// A VM on `disk` must fail with "Permission denied" at create or, since
+/// creating may or may not look at the disk, at boot (which must open it).
+/// Returns the refusal's body.
+fn refused_vm(vmm: &Vmm, kernel: &Path, disk: &Path) -> String {
+    let created = vmm.put("vm.create", Some(&vm_config(kernel, disk)));
     let refusal = if (200..300).contains(&created.status) {
         vmm.put("vm.boot", None)
     } else {
@@ -293,6 +287,26 @@ fn under_landlock_a_vm_created_later_cannot_open_a_path_outside_the_command_line
         refusal.status,
         vmm.log()
     );
+    text
+}
+
+#[test]
+fn under_landlock_a_vm_created_later_cannot_open_a_path_outside_the_command_line() {
+    assert!(kvm_available(), "these tests need /dev/kvm");
+    let dir = TempDir::new_with_prefix("/tmp/vmm-landlock-").expect("tempdir");
+    let dir = dir.as_path();
+    let (_, kernel, named, other) = landlock_files(dir);
+    let vmm = start_halting_vm(dir, &kernel, &named, &["--landlock"]);
+    assert_eq!(vmm.state(), "Running", "VMM log: {}", vmm.log());
+    assert!(
+        vmm.log().contains("landlock: FullyEnforced"),
+        "{}",
+        vmm.log()
+    );
+    vmm.ok("vm.shutdown", None);
+    vmm.ok("vm.delete", None);
+
+    let text = refused_vm(&vmm, &kernel, &other);
     assert!(text.contains(&other.display().to_string()), "{text}");
     assert_ne!(vmm.state(), "Running");
 
@@ -311,16 +325,7 @@ fn under_landlock_without_a_kernel_a_vm_created_later_opens_only_the_landlock_ru
     assert!(kvm_available(), "these tests need /dev/kvm");
     let dir = TempDir::new_with_prefix("/tmp/vmm-landlock-rules-").expect("tempdir");
     let dir = dir.as_path();
-    let inside = dir.join("inside");
-    let outside = dir.join("outside");
-    fs::create_dir(&inside).expect("mkdir");
-    fs::create_dir(&outside).expect("mkdir");
-    let kernel = inside.join("halt.elf");
-    halting_kernel(&kernel);
-    let named = inside.join("disk.raw");
-    let other = outside.join("disk.raw");
-    disk(&named, b"inside");
-    disk(&other, b"outside");
+    let (inside, kernel, named, other) = landlock_files(dir);
     let rule = format!("path={},access=rw", inside.display());
     let vmm = Vmm::start(dir, &["--landlock", "--landlock-rules", &rule]);
     vmm.ok("vm.create", Some(&vm_config(&kernel, &named)));
@@ -333,19 +338,7 @@ fn under_landlock_without_a_kernel_a_vm_created_later_opens_only_the_landlock_ru
     );
     vmm.ok("vm.shutdown", None);
     vmm.ok("vm.delete", None);
-    let created = vmm.put("vm.create", Some(&vm_config(&kernel, &other)));
-    let refusal = if (200..300).contains(&created.status) {
-        vmm.put("vm.boot", None)
-    } else {
-        created
-    };
-    let text = String::from_utf8_lossy(&refusal.body).into_owned();
-    assert!(
-        !(200..300).contains(&refusal.status) && text.contains("Permission denied"),
-        "{} {text}; VMM log: {}",
-        refusal.status,
-        vmm.log()
-    );
+    refused_vm(&vmm, &kernel, &other);
     assert_ne!(vmm.state(), "Running");
     vmm.shut_down();
 }
