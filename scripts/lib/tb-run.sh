@@ -34,9 +34,9 @@ TB_L1_CPU=${TB_L1_CPU:-EPYC}
 # with shadow paging. With NPT, QEMU TCG's nested-paging emulation let L2s
 # crash (and corrupt the L1 kernel) whenever L1 took memory away from a
 # running L2, e.g. balloon inflation (docs/testbed.md, "Nested paging in
-# L1"). Scenarios with an `l1-npt` file need NPT (vmmload-kvm: its
-# accessed-bit tracking needs hardware-set A bits) and get L1 boots of
-# their own with it. TB_L1_NPT=on|off forces one mode for every scenario.
+# L1"). Scenarios with an `l1-npt` file need NPT (vmmload-kvm-npt: its
+# accessed-bit re-arm by TLB flush needs hardware-set A bits) and get L1
+# boots of their own with it. TB_L1_NPT=on|off forces one mode for every scenario.
 TB_L1_NPT=${TB_L1_NPT:-auto}
 [[ $TB_L1_NPT == auto || $TB_L1_NPT == on || $TB_L1_NPT == off ]] ||
     tb_die "$TB_EXIT_USAGE" "TB_L1_NPT must be auto, on or off"

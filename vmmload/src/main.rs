@@ -10,6 +10,7 @@ mod forkreport;
 mod futex;
 mod group;
 mod heatmap;
+mod kvmpaging;
 mod loader;
 mod machine;
 mod memslots;

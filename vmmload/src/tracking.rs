@@ -32,7 +32,8 @@ use crate::stats::{Sample, Stats};
 /// Read tracking as requested on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReadRequest {
-    /// Pick by backend.
+    /// Pick by backend and paging mode: host-remap on PVM and on shadow
+    /// paging (ept=0/npt=0), flush-tlb with EPT/NPT.
     Auto,
     /// No read tracking.
     Off,
@@ -67,6 +68,17 @@ impl ReadStrategy {
             ReadStrategy::HostRemap => "accessed-bits+mmu-notifier-zap",
             ReadStrategy::FlushTlb => "accessed-bits+tlb-flush",
         }
+    }
+}
+
+/// The read strategy `--reads auto` picks: a guest TLB flush where the CPU
+/// sets accessed bits itself (standard KVM with EPT/NPT, also when the
+/// paging mode cannot be read), the MMU-notifier zap where KVM shadows the
+/// guest's page tables (PVM, or standard KVM with `ept=0`/`npt=0`).
+fn auto_reads(b: Backend, tdp: Option<bool>) -> ReadStrategy {
+    match (b, tdp) {
+        (Backend::Pvm, _) | (Backend::Standard, Some(false)) => ReadStrategy::HostRemap,
+        (Backend::Standard, _) => ReadStrategy::FlushTlb,
     }
 }
 
@@ -276,8 +288,7 @@ impl Tracker {
             (ReadRequest::MemslotCycle, _) => ReadStrategy::MemslotCycle,
             (ReadRequest::HostRemap, _) => ReadStrategy::HostRemap,
             (ReadRequest::FlushTlb, _) => ReadStrategy::FlushTlb,
-            (ReadRequest::Auto, Backend::Pvm) => ReadStrategy::HostRemap,
-            (ReadRequest::Auto, Backend::Standard) => ReadStrategy::FlushTlb,
+            (ReadRequest::Auto, b) => auto_reads(b, crate::kvmpaging::host_uses_tdp()),
         };
         let _ = self.reads.set(s);
         info!(
@@ -460,5 +471,20 @@ impl Tracker {
         let mut st = self.stats.lock().expect("stats lock");
         st.record(s);
         st.set_regions(vmas);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{auto_reads, ReadStrategy};
+    use crate::process::Backend;
+
+    #[test]
+    fn auto_reads_follow_the_paging_mode() {
+        assert_eq!(auto_reads(Backend::Pvm, None), ReadStrategy::HostRemap);
+        assert_eq!(auto_reads(Backend::Pvm, Some(true)), ReadStrategy::HostRemap);
+        assert_eq!(auto_reads(Backend::Standard, Some(true)), ReadStrategy::FlushTlb);
+        assert_eq!(auto_reads(Backend::Standard, None), ReadStrategy::FlushTlb);
+        assert_eq!(auto_reads(Backend::Standard, Some(false)), ReadStrategy::HostRemap);
     }
 }
