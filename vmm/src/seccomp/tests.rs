@@ -5,6 +5,7 @@
 use std::process::Command;
 
 use super::*;
+use libc::*;
 
 const CHILD_ENV: &str = "VMM_SECCOMP_TEST_CHILD";
 
