@@ -5,7 +5,8 @@
 # SQLAlchemy ORM workloads; no tiering, numa_balancing=2 + demotion, and
 # MTP in the same L2 boot). Prints one JSON line: per workload and FMem
 # size the mean share of hot pages (DAMON, accessed bits) resident in FMem
-# per phase; whether MTP >= numa_balancing=2 in at least 2 of 3 sizes;
+# per phase; the workload's own throughput (rounds/s, round latency) per
+# phase; whether MTP >= numa_balancing=2 in at least 2 of 3 sizes;
 # MTP's marking share of runtime, metadata share of RSS and CPU overhead;
 # whether every output was identical; the hotness model's fit figures.
 #
@@ -21,14 +22,18 @@ rc=0
 # keep the run directory (serial log, VMM stderr) when the scenario failed
 if ((rc == 0)); then trap 'rm -rf "$OUT"' EXIT; else echo "bench mtp: run kept in $OUT/run" >&2; fi
 
-python3 - "$OUT/run/bench-mtp-python/output.log" "$rc" "$ROOT/guest/python/mtp/src/mtp/_coefficients.py" <<'PY'
+python3 - "$OUT/run/bench-mtp-python/output.log" "$rc" "$ROOT/guest/python/mtp/src/mtp/_coefficients.py" \
+    "$OUT/run/bench-mtp-python/serial.log" <<'PY'
 import json, re, sys
 
-path, rc, coef_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+path, rc, coef_path, serial_path = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 l2 = None
+failures = []
 try:
     for line in open(path, errors="replace"):
         line = line.strip()
+        if line.startswith("FAIL:"):
+            failures.append(line[5:].strip()[:400])
         if not line.startswith('{"scenario":'):
             continue
         j = json.loads(line)
@@ -36,22 +41,62 @@ try:
             l2 = j["facts"]["l2"]
 except (OSError, ValueError):
     pass
+partial = False
 if not l2:
-    print(json.dumps({"bench": "mtp", "error": "no result from the bench-mtp-python scenario",
-                      "testbed_rc": rc}))
-    sys.exit(1)
+    # The L2 never printed its JSON (killed at its timeout, crashed): what
+    # finished is on its console, one "@@MTPRES {...}" line per run.
+    facts, tags = {}, []
+    try:
+        for line in open(serial_path, errors="replace"):
+            line = line.strip()
+            if not line.startswith("@@MTPRES "):
+                continue
+            try:
+                r = json.loads(line[len("@@MTPRES "):])
+            except ValueError:
+                continue
+            tag, ph = r.get("tag", ""), r.get("phase", "")
+            facts[f"{tag}-{ph}_result"] = r.get("result")
+            facts[f"{tag}_{ph}_hot_fmem_pct_mean"] = r.get("hot_mean")
+            facts[f"{tag}_{ph}_hot_fmem_pct_late"] = r.get("hot_late")
+            if tag not in tags:
+                tags.append(tag)
+    except OSError:
+        pass
+    if not tags:
+        print(json.dumps({"bench": "mtp", "error": "no result from the bench-mtp-python scenario",
+                          "testbed_rc": rc, "failures": failures}))
+        sys.exit(1)
+    facts["workloads"] = " ".join(dict.fromkeys(t.split("-")[0] for t in tags))
+    facts["fmem_pcts"] = " ".join(dict.fromkeys(t.split("-")[1] for t in tags))
+    l2, partial = {"result": "INCOMPLETE", "facts": facts, "checks": {}}, True
 f = l2["facts"]
 checks = l2.get("checks", {})
 
 workloads = f.get("workloads", "").split()
 pcts = f.get("fmem_pcts", "").split()
 residency, wins, marking, metadata, cpu = {}, {}, [], [], []
-sampling, migrating = [], []
+sampling, migrating, migration_max, deferred = [], [], [], 0
+metric = {}
+
+
+def throughput(result):
+    """The workload's own figure: rounds per second and mean round latency."""
+    if not isinstance(result, dict) or not result.get("rounds_s") or not result.get("rounds"):
+        return None
+    return {"rounds_per_s": round(result["rounds"] / result["rounds_s"], 4),
+            "round_latency_ms": round(1000 * result["rounds_s"] / result["rounds"], 1),
+            "rounds_s": result["rounds_s"], "rounds_cpu_s": result.get("rounds_cpu_s")}
+
+
 for w in workloads:
     residency[w] = {}
     wins[w] = 0
+    metric[w] = {"ref_fmem_unlimited": throughput(f.get(f"{w}-ref_result"))}
     for p in pcts:
         tag = f"{w}-{p}"
+        metric[w][p] = {ph: throughput(f.get(f"{tag}-{ph}_result"))
+                        for ph in ("none", "numab", "mtp")}
         row = {ph: f.get(f"{tag}_{ph}_hot_fmem_pct_mean") for ph in ("none", "numab", "mtp")}
         row["mtp_late"] = f.get(f"{tag}_mtp_hot_fmem_pct_late")
         row["numab_late"] = f.get(f"{tag}_numab_hot_fmem_pct_late")
@@ -67,6 +112,9 @@ for w in workloads:
                 marking.append(s.get("time_marking", 0) / m["rounds_s"])
                 sampling.append(s.get("time_sampling", 0) / m["rounds_s"])
                 migrating.append(s.get("time_migrating", 0) / m["rounds_s"])
+            if isinstance(s.get("migration_max_s"), (int, float)):
+                migration_max.append(s["migration_max_s"])
+            deferred += s.get("pages_deferred", 0) or 0
             if m.get("maxrss_kb"):
                 metadata.append((s.get("metadata_bytes", 0) + s.get("page_table_bytes", 0))
                                 / (m["maxrss_kb"] * 1024))
@@ -82,13 +130,19 @@ print(json.dumps({
     "bench": "mtp",
     "result": l2.get("result"),
     "testbed_rc": rc,
+    "partial": partial,
+    "failures": failures,
+    "throughput": metric,
     "hot_fmem_pct": residency,
     "mtp_ge_numab_sizes": {w: f"{wins[w]} of {len(pcts)}" for w in workloads},
     "mtp_ge_numab_2_of_3": all(wins[w] >= 2 for w in workloads) if workloads else None,
     "marking_share_max": rnd(max(marking)) if marking else None,
     "marking_share_le_8_3pct": (max(marking) <= 0.083) if marking else None,
     "sampling_share_max": rnd(max(sampling)) if sampling else None,
+    "sampling_share_setting": f.get("mtp_sampling_share"),
     "migrating_share_max": rnd(max(migrating)) if migrating else None,
+    "migration_round_max_s": rnd(max(migration_max)) if migration_max else None,
+    "pages_deferred_by_budget": deferred,
     "metadata_share_of_rss_max": rnd(max(metadata)) if metadata else None,
     "metadata_le_6_4pct": (max(metadata) <= 0.064) if metadata else None,
     "cpu_overhead_mean": rnd(sum(cpu) / len(cpu)) if cpu else None,

@@ -230,7 +230,8 @@ static PyObject *errno_dict(const struct mtp_move_result *r)
 	return d;
 }
 
-static void move_selected(const size_t *idx, size_t n, int target, struct mtp_move_result *r)
+static void move_selected(const size_t *idx, size_t n, int target, uint64_t deadline_ns,
+			  struct mtp_move_result *r)
 {
 	if (!n)
 		return;
@@ -244,35 +245,46 @@ static void move_selected(const size_t *idx, size_t n, int target, struct mtp_mo
 	}
 	for (size_t i = 0; i < n; i++)
 		list[i] = pages.page[idx[i]];
-	mtp_move(list, n, target, r);
+	size_t tried = mtp_move(list, n, target, deadline_ns, r);
 	/* assume success where counted so; the next query corrects */
 	if (r->moved > before)
-		for (size_t i = 0; i < n; i++)
+		for (size_t i = 0; i < tried; i++)
 			pages.node[idx[i]] = MTP_NODE_UNKNOWN;
 	free(list);
 }
 
-/* Demotes cold FMem pages, then promotes hot SMem pages, at threshold h. */
+/*
+ * Demotes cold FMem pages, then promotes hot SMem pages, at threshold h,
+ * within @budget_ms (negative: no budget). Demotion goes first but gets only
+ * half the budget when there is something to promote, so that a large cold
+ * backlog cannot starve promotion round after round.
+ */
 static PyObject *core_move(PyObject *self, PyObject *args)
 {
 	unsigned int h;
 	int fast_target, slow_target;
 	Py_ssize_t max;
+	double budget_ms = -1;
 	PyObject *slow_nodes;
 	uint8_t slow[MTP_MAX_NODES];
 	struct mtp_move_result demoted = { 0 }, promoted = { 0 };
 	size_t nd = 0, np = 0;
 
-	if (!PyArg_ParseTuple(args, "IiiOn", &h, &fast_target, &slow_target, &slow_nodes, &max) ||
+	if (!PyArg_ParseTuple(args, "IiiOn|d", &h, &fast_target, &slow_target, &slow_nodes, &max,
+			      &budget_ms) ||
 	    require_enabled(1))
 		return NULL;
 	if (max < 0)
 		return PyErr_Format(PyExc_ValueError, "max_pages must not be negative");
+	if (budget_ms != budget_ms || budget_ms > 1e9)
+		return PyErr_Format(PyExc_ValueError,
+				    "budget_ms must be a number of milliseconds below 1e9");
 	if (parse_nodes(slow_nodes, slow))
 		return NULL;
 	size_t cap = pages.n < (size_t)max ? pages.n : (size_t)max;
 	size_t *demote = malloc((cap ? cap : 1) * sizeof(*demote));
 	size_t *promote = malloc((cap ? cap : 1) * sizeof(*promote));
+	uint64_t t0, demote_by = 0, promote_by = 0;
 
 	if (!demote || !promote) {
 		free(demote);
@@ -281,16 +293,26 @@ static PyObject *core_move(PyObject *self, PyObject *args)
 	}
 	Py_BEGIN_ALLOW_THREADS
 	mtp_select(pages.temp, pages.node, pages.n, slow, h, cap, demote, &nd, promote, &np);
-	move_selected(demote, nd, slow_target, &demoted);
-	move_selected(promote, np, fast_target, &promoted);
+	t0 = mtp_now_ns();
+	if (budget_ms >= 0) {
+		uint64_t budget_ns = (uint64_t)(budget_ms * 1e6);
+
+		promote_by = t0 + budget_ns + 1;
+		demote_by = t0 + (np ? budget_ns / 2 : budget_ns) + 1;
+	}
+	move_selected(demote, nd, slow_target, demote_by, &demoted);
+	move_selected(promote, np, fast_target, promote_by, &promoted);
 	Py_END_ALLOW_THREADS
 	free(demote);
 	free(promote);
-	return Py_BuildValue("{sK sK sK sK sN sN}", "demoted", demoted.moved,
+	return Py_BuildValue("{sK sK sK sK sK sK sN sN sd}", "demoted", demoted.moved,
 			     "promoted", promoted.moved, "demote_failed", demoted.failed,
 			     "promote_failed", promoted.failed,
+			     "demote_deferred", demoted.deferred,
+			     "promote_deferred", promoted.deferred,
 			     "demote_errors", errno_dict(&demoted),
-			     "promote_errors", errno_dict(&promoted));
+			     "promote_errors", errno_dict(&promoted),
+			     "took_ms", (double)(mtp_now_ns() - t0) / 1e6);
 }
 
 /* page_table() -> [(page, temperature, node)]: the table as the last round left it. */
@@ -694,7 +716,7 @@ static PyMethodDef core_methods[] = {
 	{ "update_pages", core_update_pages, METH_VARARGS,
 	  "update_pages(k, slow_nodes) -> dict" },
 	{ "move", core_move, METH_VARARGS,
-	  "move(h, fast_node, slow_node, slow_nodes, max_pages) -> dict" },
+	  "move(h, fast_node, slow_node, slow_nodes, max_pages[, budget_ms]) -> dict" },
 	{ "counters", core_counters, METH_NOARGS, "counters() -> dict" },
 	{ "page_table", core_page_table, METH_NOARGS,
 	  "page_table() -> [(page, temperature, node)] (diagnostics)" },
@@ -767,6 +789,7 @@ PyMODINIT_FUNC PyInit__core(void)
 
 	if (m && (PyModule_AddIntConstant(m, "HISTORY", MTP_HISTORY) ||
 		  PyModule_AddIntConstant(m, "BUCKETS", MTP_BUCKETS) ||
+		  PyModule_AddIntConstant(m, "MOVE_CHUNK", MTP_MOVE_CHUNK) ||
 		  PyModule_AddIntConstant(m, "MAX_NODES", MTP_MAX_NODES))) {
 		Py_DECREF(m);
 		return NULL;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "numa.h"
@@ -51,14 +52,26 @@ int mtp_query_nodes(const uint64_t *pages, size_t n, int *node)
 	return 0;
 }
 
-void mtp_move(const uint64_t *pages, size_t n, int target, struct mtp_move_result *r)
+uint64_t mtp_now_ns(void)
 {
-	void *chunk[CHUNK];
-	int nodes[CHUNK], status[CHUNK];
+	struct timespec ts;
 
-	for (size_t i = 0; i < n; i += CHUNK) {
-		size_t len = n - i < CHUNK ? n - i : CHUNK;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
+size_t mtp_move(const uint64_t *pages, size_t n, int target, uint64_t deadline_ns,
+		struct mtp_move_result *r)
+{
+	void *chunk[MTP_MOVE_CHUNK];
+	int nodes[MTP_MOVE_CHUNK], status[MTP_MOVE_CHUNK];
+	size_t i;
+
+	for (i = 0; i < n; i += MTP_MOVE_CHUNK) {
+		size_t len = n - i < MTP_MOVE_CHUNK ? n - i : MTP_MOVE_CHUNK;
+
+		if (i && deadline_ns && mtp_now_ns() >= deadline_ns)
+			break;
 		for (size_t j = 0; j < len; j++) {
 			chunk[j] = (void *)(uintptr_t)pages[i + j];
 			nodes[j] = target;
@@ -75,6 +88,10 @@ void mtp_move(const uint64_t *pages, size_t n, int target, struct mtp_move_resul
 				count_errno(r, status[j] < 0 ? -status[j] : 0, 1);
 		}
 	}
+	if (i > n)
+		i = n;
+	r->deferred += n - i;
+	return i;
 }
 
 static int perf_open(uint64_t result)

@@ -13,11 +13,35 @@ static int by_page(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* Sums the sorted @heat per page in place; returns the number of pages. */
-static size_t aggregate(struct mtp_heat *heat, size_t n)
+static size_t slot_of(uint64_t key, size_t slots)
+{
+	return (size_t)(((key >> 12) ^ key) * 0x9E3779B97F4A7C15ull >> 20) & (slots - 1);
+}
+
+/*
+ * Finds or inserts @key (page + 1; 0 marks a free slot) by linear probing;
+ * counts an insertion in @used.
+ */
+static struct mtp_heat *slot_for(struct mtp_heat *slot, size_t slots, uint64_t key,
+				 size_t *used)
+{
+	size_t h = slot_of(key, slots);
+
+	while (slot[h].page && slot[h].page != key)
+		h = (h + 1) & (slots - 1);
+	if (!slot[h].page) {
+		slot[h].page = key;
+		(*used)++;
+	}
+	return &slot[h];
+}
+
+/* Sorts @heat by page and sums it per page in place. */
+static size_t sort_and_sum(struct mtp_heat *heat, size_t n)
 {
 	size_t out = 0;
 
+	qsort(heat, n, sizeof(*heat), by_page);
 	for (size_t i = 0; i < n; i++) {
 		if (out && heat[out - 1].page == heat[i].page)
 			heat[out - 1].heat += heat[i].heat;
@@ -27,10 +51,55 @@ static size_t aggregate(struct mtp_heat *heat, size_t n)
 	return out;
 }
 
+/*
+ * Sums @heat per page into the front of @heat, in page order; returns the
+ * number of pages. Objects far outnumber their pages, so the sums go
+ * through a small open-addressing table (kept under half full) and only the
+ * distinct pages are sorted: sorting every object's entry was most of a
+ * round's time. Falls back to sorting everything when memory is short.
+ */
+static size_t aggregate(struct mtp_heat *heat, size_t n)
+{
+	struct mtp_heat *slot = NULL;
+	size_t slots = 0, used = 0, out = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		if (heat[i].page == UINT64_MAX)
+			goto sort_all;	/* no key left for it */
+		if (2 * (used + 1) > slots) {
+			size_t grown = slots ? 2 * slots : 1024;
+			struct mtp_heat *t = calloc(grown, sizeof(*t));
+
+			if (!t)
+				goto sort_all;
+			size_t moved = 0;
+
+			for (size_t j = 0; j < slots; j++)
+				if (slot[j].page)
+					slot_for(t, grown, slot[j].page, &moved)->heat = slot[j].heat;
+			free(slot);
+			slot = t;
+			slots = grown;
+		}
+		slot_for(slot, slots, heat[i].page + 1, &used)->heat += heat[i].heat;
+	}
+	for (size_t j = 0; j < slots; j++)
+		if (slot[j].page) {
+			heat[out].page = slot[j].page - 1;
+			heat[out++].heat = slot[j].heat;
+		}
+	free(slot);
+	qsort(heat, out, sizeof(*heat), by_page);
+	return out;
+
+sort_all:
+	free(slot);
+	return sort_and_sum(heat, n);
+}
+
 int mtp_pages_update(struct mtp_pages *t, struct mtp_heat *heat, size_t n, double k,
 		     double drop_below)
 {
-	qsort(heat, n, sizeof(*heat), by_page);
 	n = aggregate(heat, n);
 
 	size_t cap = t->n + n, i = 0, j = 0, out = 0;

@@ -35,7 +35,7 @@ struct mtp_pages {
  * Folds one round of object heat into @t: sums @heat per page, cools every
  * page with eq. 1 (pages without tracked objects this round get 0), drops
  * pages that had no objects this round and cooled below @drop_below. New
- * pages start on MTP_NODE_UNKNOWN. Sorts @heat in place. -1 on ENOMEM with
+ * pages start on MTP_NODE_UNKNOWN. Reorders @heat in place. -1 on ENOMEM with
  * @t unchanged.
  */
 int mtp_pages_update(struct mtp_pages *t, struct mtp_heat *heat, size_t n, double k,

@@ -348,6 +348,9 @@ uintptr_t mtp_storage_of(PyObject *op)
 	return 0;
 }
 
+/* table entries between a prefetch and the read it serves */
+#define HEAT_PREFETCH 16
+
 struct mtp_heat *mtp_collect_heat(const struct mtp_model *m, size_t page_size, size_t *n)
 {
 	/* room for a second page per object: dicts' and lists' storage */
@@ -360,6 +363,14 @@ struct mtp_heat *mtp_collect_heat(const struct mtp_model *m, size_t page_size, s
 	for (size_t i = 0; i < mtp_table.cap; i++) {
 		const struct mtp_obj *o = &mtp_table.slots[i];
 
+		/*
+		 * Reading each object's type is a cache miss per object: start
+		 * the one a few entries ahead now. A prefetch never faults.
+		 */
+		if (i + HEAT_PREFETCH < mtp_table.cap &&
+		    mtp_obj_live(&mtp_table.slots[i + HEAT_PREFETCH]))
+			__builtin_prefetch((const void *)mtp_obj_address(
+				&mtp_table.slots[i + HEAT_PREFETCH]));
 		if (!mtp_obj_live(o) || o->fresh)
 			continue;
 		heat[*n].page = mtp_obj_address(o) & ~(uint64_t)(page_size - 1);

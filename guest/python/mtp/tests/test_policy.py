@@ -72,6 +72,24 @@ def test_page_table_folds_heat_with_cooling():
     assert t == [(page, 8.0)]
 
 
+@pytest.mark.parametrize("distinct", [1, 600, 5000])
+def test_page_table_fold_sums_many_objects_per_page(distinct):
+    """The per-page sums (a hash table that grows past its first 1 024
+    slots, then a sort of the distinct pages) against a plain reference;
+    page 0 and unaligned values too, as fold() accepts any page key."""
+    import random
+    rng = random.Random(distinct)
+    pages = [0] + [rng.randrange(1, 1 << 47) for _ in range(distinct - 1)]
+    heat = [(rng.choice(pages), float(rng.randrange(0, 8))) for _ in range(8 * distinct)]
+    heat += [(p, 1.0) for p in pages]
+    want = {}
+    for p, h in heat:
+        want[p] = want.get(p, 0.0) + h
+    out = _core.fold([], heat, 0.5, 0.0)
+    assert [p for p, _ in out] == sorted(want)
+    assert all(t == pytest.approx(want[p]) for p, t in out)
+
+
 def test_threshold_where_cold_fmem_outnumbers_hot_smem():
     fast = [5, 5, 0, 0, 0, 0, 0, 0, 0, 0]  # cold pages in FMem
     slow = [0, 0, 0, 3, 3, 0, 0, 0, 0, 0]  # hot pages in SMem

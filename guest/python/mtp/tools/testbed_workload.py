@@ -147,6 +147,11 @@ def main() -> int:
     p.add_argument("--fmem-reserve-mb", type=float, default=64.0,
                    help="FMem MTP keeps free when promoting without demoting")
     p.add_argument("--samples-per-migration", type=int, default=8)
+    p.add_argument("--sampling-share", type=float, default=None,
+                   help="max_sampling_share (default: mtp.Tuning's)")
+    p.add_argument("--migration-budget-ms", type=float, default=None,
+                   help="move_pages time per migration round (default: mtp.Tuning's); "
+                        "< 0 = unbounded")
     args = p.parse_args()
     if args.size < 10 or args.rounds < 1:
         p.error("--size must be >= 10 and --rounds >= 1")
@@ -171,8 +176,14 @@ def main() -> int:
         # reports that it has nothing to do)
         mask = [int(n) for n in args.mask.split(",")] if args.mask else None
         pressure = args.pressure_mb * (1 << 20)
-        tuning = mtp.Tuning(fmem_reserve=int(args.fmem_reserve_mb * (1 << 20)),
-                            samples_per_migration=args.samples_per_migration)
+        knobs = {"fmem_reserve": int(args.fmem_reserve_mb * (1 << 20)),
+                 "samples_per_migration": args.samples_per_migration}
+        if args.sampling_share is not None:
+            knobs["max_sampling_share"] = args.sampling_share
+        if args.migration_budget_ms is not None:
+            knobs["max_migration_ms"] = (None if args.migration_budget_ms < 0
+                                         else args.migration_budget_ms)
+        tuning = mtp.Tuning(**knobs)
         mtp.start(mask=mask, mem_pressure=pressure, sample_interval=args.interval, tuning=tuning)
     try:
         for i in range(args.rounds):
@@ -198,6 +209,7 @@ def main() -> int:
                 "pages_demoted", "pages_promoted", "move_failures", "markings",
                 "markings_skipped", "markings_deferred", "samples", "migrations",
                 "time_marking", "time_sampling", "time_migrating", "threshold", "migration",
+                "pages_deferred", "migration_budget_hits", "migration_max_s",
                 "frame_samples", "frame_hits", "time_frame_sampling", "sweep_wait",
                 "last_error", "pages_by_node", "move_failures_by_errno")
         out["mtp_stats"] = {k: stats[k] for k in keep if k in stats}

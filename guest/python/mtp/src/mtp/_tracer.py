@@ -27,6 +27,13 @@ class Tuning:
     samples_per_migration: int = 8  # sampling phases between migration rounds (one history)
     batch: int = 65536  # objects sampled per GIL hold
     max_pages: int = 65536  # pages demoted (and promoted) per round at most
+    # move_pages time per migration round (ms; None = unbounded): no chunk of
+    # MOVE_CHUNK pages starts after it; the rest waits for the next round
+    max_migration_ms: float | None = 200.0
+    # a migration round (locating pages included, which no ms budget cuts)
+    # is deferred while another like the last would take migration above
+    # this share of the traced time (1: no bound)
+    max_migration_share: float = 0.1
     marking_budget: float = 0.5  # share of the sample interval a marking may take
     min_collections: int = 4  # Fig. 2: fewer GC runs since the last pass skip it
     max_skips: int = 4  # ...unless this many passes were skipped with some GC
@@ -42,6 +49,16 @@ class Tuning:
             raise ValueError("frame_samples must be >= 0 and frame_depth >= 1")
         if not 0 < self.max_sampling_share < 1:
             raise ValueError("max_sampling_share must be in (0, 1)")
+        if isinstance(self.max_pages, bool) or not isinstance(self.max_pages, int) \
+                or self.max_pages < 0:
+            raise ValueError("max_pages must be a non-negative int")
+        if not 0 < self.max_migration_share <= 1:
+            raise ValueError("max_migration_share must be in (0, 1]")
+        budget = self.max_migration_ms
+        if budget is not None and (isinstance(budget, bool)
+                                   or not isinstance(budget, (int, float))
+                                   or not 0 <= budget < 1e9):
+            raise ValueError("max_migration_ms must be None or a number of ms in [0, 1e9)")
 
 
 def adaptive_wait(base: float, took: float, share: float) -> float:
@@ -95,6 +112,11 @@ class Tracer:
             "pages_promoted": 0,
             "move_failures": 0,
             "move_failures_by_errno": {},
+            "pages_deferred": 0,
+            "migrations_deferred": 0,
+            "migration_budget_hits": 0,
+            "migration_last_s": 0.0,
+            "migration_max_s": 0.0,
             "pages_by_node": {},
             "migration": "not run yet",
             "time_marking": 0.0,
@@ -188,12 +210,28 @@ class Tracer:
             self.s["sweep_last_s"] = took
             self.s["samples"] += 1
             self.samples_since_migration += 1
-            if self.samples_since_migration >= self.tuning.samples_per_migration:
+            if self.samples_since_migration >= self.tuning.samples_per_migration \
+                    and not self._defer_migration():
                 self.samples_since_migration = 0
                 t = time.perf_counter()
                 self._migrate()
-                self.s["time_migrating"] += time.perf_counter() - t
+                took_migrating = time.perf_counter() - t
+                self.s["time_migrating"] += took_migrating
+                self.s["migration_last_s"] = took_migrating
+                self.s["migration_max_s"] = max(self.s["migration_max_s"], took_migrating)
             return took
+
+    def _defer_migration(self) -> bool:
+        """The migration overhead bound: a round like the last must fit in
+        max_migration_share of the time since start()."""
+        if self.tuning.max_migration_share >= 1:
+            return False  # no bound
+        elapsed = time.perf_counter() - self.started
+        if self.s["time_migrating"] + self.s["migration_last_s"] <= \
+                self.tuning.max_migration_share * elapsed:
+            return False
+        self.s["migrations_deferred"] += 1
+        return True
 
     def _maybe_mark(self) -> None:
         now = self._collections()
@@ -275,9 +313,14 @@ class Tracer:
         if fast_target < 0:
             self.s["migration"] = "nothing to do: no fast-tier node"
             return
-        m = _core.move(h, fast_target, slow_target, self.slow, self.tuning.max_pages)
+        budget = self.tuning.max_migration_ms
+        m = _core.move(h, fast_target, slow_target, self.slow, self.tuning.max_pages,
+                       -1.0 if budget is None else float(budget))
         self.s["pages_demoted"] += m["demoted"]
         self.s["pages_promoted"] += m["promoted"]
+        deferred = m["demote_deferred"] + m["promote_deferred"]
+        self.s["pages_deferred"] += deferred
+        self.s["migration_budget_hits"] += deferred > 0
         self.s["move_failures"] += m["demote_failed"] + m["promote_failed"]
         errs = self.s["move_failures_by_errno"]
         for d in (m["demote_errors"], m["promote_errors"]):
@@ -285,6 +328,7 @@ class Tracer:
                 errs[name] = errs.get(name, 0) + count
         self.s["migration"] = (
             f"demoted {m['demoted']}, promoted {m['promoted']} pages at bucket {h}"
+            + (f"; {deferred} left for the next round (time budget)" if deferred else "")
         )
 
     def stats(self) -> dict:
