@@ -216,6 +216,15 @@ expect "PUT vm.create again 500 (as upstream)" 500 '["Error from API","The VM co
 expect "GET vm.info 200" 200 '"state":"Created"' -- GET vm.info
 expect "GET vm.info shows the NIC" 200 '"mac":"12:34:56:78:90:01"' -- GET vm.info
 expect "GET vm.info shows the disk" 200 '"path":"/opt/clh/images/focal-server-cloudimg-amd64.raw"' -- GET vm.info
+# Device add/remove before boot, by the VMM (hot-plug into a running guest
+# is covered by vmm/tests/pci_hotplug.rs and the pci-hotplug scenario).
+if [ "$started" = vmm ]; then
+    expect "PUT vm.add-disk before boot 204" 204 '' -- PUT vm.add-disk '{"path":"/tmp/contract-d1.img","id":"d1"}'
+    expect "PUT vm.add-disk duplicate id 500 (as upstream)" 500 '["Error from API","The disk could not be added to the VM","Failed to validate config","Identifier d1 is not unique"]' -- PUT vm.add-disk '{"path":"/tmp/contract-d2.img","id":"d1"}'
+    expect "PUT vm.add-net duplicate id 500 (as upstream)" 500 '"Failed to validate config"' -- PUT vm.add-net '{"id":"d1"}'
+    expect "PUT vm.remove-device 204" 204 '' -- PUT vm.remove-device '{"id":"d1"}'
+    expect "PUT vm.remove-device unknown id 500" 500 '"No device with id \"d1\" to remove"]' -- PUT vm.remove-device '{"id":"d1"}'
+fi
 if [ "$started" = vmm ]; then
     # This VM has no balloon: upstream's 500 and message.
     expect "PUT vm.resize tier pair without balloon 500" 500 'Missing virtio-balloon' -- PUT vm.resize '{"desired_balloon":[268435456,134217728]}'

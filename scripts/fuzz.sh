@@ -10,6 +10,7 @@
 #   pci                        a virtio-pci function's config space and
 #                              BAR (common/notify/ISR/device config, MSI-X)
 #   balloon                    inflate/deflate PFN lists and statistics
+#   mem                        virtio-mem requests (plug/unplug/state)
 #   http                       the REST API's request parser and router
 #                              (properties, and as many mutated requests
 #                              thrown at the real server)
@@ -36,9 +37,10 @@ declare -A ARGS=(
     [mmio]="-p devices --test fuzz_mmio"
     [pci]="-p devices --lib fuzz_pci_guest_accesses"
     [balloon]="-p demeter_balloon --test fuzz_queues"
+    [mem]="-p devices --lib fuzz_virtio_mem_requests"
     [http]="-p api --test fuzz_routing"
 )
-ORDER=(block net console rng mmio pci balloon http)
+ORDER=(block net console rng mmio pci balloon mem http)
 
 targets=("$@")
 ((${#targets[@]})) || targets=("${ORDER[@]}")

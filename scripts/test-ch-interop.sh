@@ -185,6 +185,8 @@ compare resize-cpus-same exact resize --cpus 1
 compare resize-zone-created exact resize-zone --id z --size 1G
 compare resize-disk-created exact resize-disk --disk d --size 1G
 compare add-disk-created exact add-disk path=/tmp/ch-interop.img,id=chidisk
+compare add-disk-duplicate-id exact add-disk path=/tmp/ch-interop.img,id=chidisk
+compare add-net-duplicate-id exact add-net tap=chi1,id=chidisk
 compare info-with-disk info info
 compare remove-device-disk exact remove-device chidisk
 compare remove-device-created exact remove-device x

@@ -64,6 +64,7 @@ pub use protocol::{
 pub use server::{start_http_server, start_http_server_with, ServerOptions, SERVER_NAME};
 pub use socket::{ApiSocket, ApiSocketError};
 pub use types::{
-    BalloonSize, BalloonStatsResponse, BalloonTierStats, DeviceNode, VmCounters, VmInfo,
-    VmRemoveDeviceData, VmResizeData, VmResizeDiskData, VmResizeZoneData, VmState, VmmPingResponse,
+    BalloonSize, BalloonStatsResponse, BalloonTierStats, DeviceNode, PciDeviceInfo, VmCounters,
+    VmInfo, VmRemoveDeviceData, VmResizeData, VmResizeDiskData, VmResizeZoneData, VmState,
+    VmmPingResponse,
 };

@@ -11,8 +11,8 @@ use vm_config::{DiskConfig, NetConfig, VmConfig};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use crate::types::{
-    BalloonStatsResponse, VmCounters, VmInfo, VmRemoveDeviceData, VmResizeData, VmResizeDiskData,
-    VmResizeZoneData, VmState, VmmPingResponse,
+    BalloonStatsResponse, PciDeviceInfo, VmCounters, VmInfo, VmRemoveDeviceData, VmResizeData,
+    VmResizeDiskData, VmResizeZoneData, VmState, VmmPingResponse,
 };
 
 /// Everything the VMM can be asked. One variant per REST action; the doc of
@@ -60,13 +60,15 @@ pub enum ApiRequest {
     VmmShutdown,
     /// `PUT vm.nmi`: inject an NMI into every vCPU. Running VM only.
     VmNmi,
-    /// `PUT vm.add-disk`: before boot the disk joins the configuration;
-    /// a running VM needs hotplug, which this VMM lacks (500).
+    /// `PUT vm.add-disk`: before boot the disk joins the configuration
+    /// (204); a running VM gets it hot-plugged on virtio-pci (200,
+    /// [`ApiResponse::PciDeviceInfo`]; 500 on virtio-mmio).
     VmAddDisk(Box<DiskConfig>),
     /// `PUT vm.add-net`: as [`ApiRequest::VmAddDisk`] for a NIC.
     VmAddNet(Box<NetConfig>),
     /// `PUT vm.remove-device`: before boot a disk or NIC leaves the
-    /// configuration; a running VM needs hot-unplug (500).
+    /// configuration; a running VM's guest is asked to eject it and the
+    /// answer waits (bounded) for the eject (virtio-pci; 500 on mmio).
     VmRemoveDevice(VmRemoveDeviceData),
     /// `PUT vm.resize-zone`: needs virtio-mem (500 once the zone exists).
     VmResizeZone(VmResizeZoneData),
@@ -157,6 +159,8 @@ pub enum ApiResponse {
     BalloonStats(Box<BalloonStatsResponse>),
     /// `vmm.ping`.
     VmmPing(VmmPingResponse),
+    /// `vm.add-disk`, `vm.add-net` on a running VM: the hot-plugged device.
+    PciDeviceInfo(PciDeviceInfo),
 }
 
 /// Why a request failed. Statuses and texts follow upstream Cloud
@@ -198,6 +202,10 @@ pub enum ApiError {
     /// No device with this id (500).
     #[error("No device with id {0:?} to remove")]
     UnknownDevice(String),
+    /// A device added to a VM makes its configuration invalid, e.g. a
+    /// duplicate id (500, as upstream; the detail follows in the chain).
+    #[error("Failed to validate config")]
+    ConfigValidation(String),
     /// A feature this VMM does not have (500, as upstream answers for a
     /// feature its build or host lacks).
     #[error("not supported by this VMM: {0}")]
@@ -226,6 +234,7 @@ impl ApiError {
             | Self::InvalidStateTransition { .. }
             | Self::NoBalloon
             | Self::UnknownDevice(_)
+            | Self::ConfigValidation(_)
             | Self::NotSupported(_)
             | Self::VmmUnavailable
             | Self::Internal(_) => 500,
@@ -246,6 +255,7 @@ impl ApiError {
             Self::NoBalloon => {
                 chain.push("Missing virtio-balloon, can't proceed as expected".into())
             }
+            Self::ConfigValidation(detail) => chain.push(detail.clone()),
             _ => {}
         }
         chain
@@ -437,6 +447,12 @@ mod tests {
         assert_eq!(ApiError::VmNotRunning.status(), 500);
         assert_eq!(ApiError::BadRequest("x".into()).status(), 400);
         assert_eq!(ApiError::NotSupported("x".into()).status(), 500);
+        let dup = ApiError::ConfigValidation("Identifier d1 is not unique".into());
+        assert_eq!(dup.status(), 500);
+        assert_eq!(
+            dup.reasons(),
+            ["Failed to validate config", "Identifier d1 is not unique"]
+        );
         assert_eq!(ApiError::Timeout(Duration::ZERO).status(), 503);
         assert_eq!(ApiError::Internal("x".into()).status(), 500);
     }

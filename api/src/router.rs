@@ -723,6 +723,7 @@ pub fn reply_for(route: &Route, result: ApiResult) -> HttpReply {
         Ok(ApiResponse::VmCounters(counters)) => serde_json::to_vec(&counters),
         Ok(ApiResponse::VmmPing(ping)) => serde_json::to_vec(&ping),
         Ok(ApiResponse::BalloonStats(stats)) => serde_json::to_vec(&stats),
+        Ok(ApiResponse::PciDeviceInfo(info)) => serde_json::to_vec(&info),
     };
     match body {
         Ok(body) => HttpReply {

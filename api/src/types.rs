@@ -56,8 +56,9 @@ pub struct VmInfo {
     pub config: VmConfig,
     /// Current state.
     pub state: VmState,
-    /// Guest RAM actually usable by the guest: total RAM minus what the
-    /// balloon holds, in bytes.
+    /// Guest RAM actually usable by the guest, in bytes: boot RAM plus
+    /// what the guest plugged through virtio-mem, minus what the balloon
+    /// holds.
     #[serde(default)]
     pub memory_actual_size: u64,
     /// Devices, by id.
@@ -117,6 +118,17 @@ pub struct BalloonTierStats {
     /// `guest_total - guest_free`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guest_used: Option<u64>,
+    /// Size of this tier's virtio-mem regions (zones' `hotplug_size`),
+    /// bytes: what `vm.resize-zone` can add beyond boot RAM.
+    #[serde(default)]
+    pub hotplug_size: u64,
+    /// virtio-mem memory the host asked this tier's zones to have plugged.
+    #[serde(default)]
+    pub hotplug_requested: u64,
+    /// virtio-mem memory the guest has plugged in this tier: the tier's
+    /// RAM is its boot RAM plus this, minus `actual`.
+    #[serde(default)]
+    pub hotplug_plugged: u64,
 }
 
 /// `GET vm.balloon-stats`: newest upstream's `balloon_actual` and `stats`,
@@ -172,6 +184,17 @@ pub struct VmResizeDiskData {
     pub id: String,
     /// New size of the disk in bytes.
     pub desired_size: u64,
+}
+
+/// What `vm.add-disk` and `vm.add-net` answer (200) for a device
+/// hot-plugged into a running VM.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PciDeviceInfo {
+    /// Device id (as `vm.counters` and `vm.remove-device` name it).
+    pub id: String,
+    /// Its PCI address, `segment:bus:device.function` (`0000:00:05.0`).
+    pub bdf: String,
 }
 
 /// `PUT vm.remove-device`.

@@ -22,8 +22,9 @@ use std::path::PathBuf;
 
 use api::router::{API_PREFIX, ROUTES};
 use api::{
-    ApiRequest, BalloonSize, BalloonStatsResponse, BalloonTierStats, DeviceNode, VmInfo,
-    VmRemoveDeviceData, VmResizeData, VmResizeDiskData, VmResizeZoneData, VmState, VmmPingResponse,
+    ApiRequest, BalloonSize, BalloonStatsResponse, BalloonTierStats, DeviceNode, PciDeviceInfo,
+    VmInfo, VmRemoveDeviceData, VmResizeData, VmResizeDiskData, VmResizeZoneData, VmState,
+    VmmPingResponse,
 };
 use serde_json::{json, Value};
 use vm_config::*;
@@ -200,6 +201,7 @@ fn full_zone() -> MemoryZoneConfig {
         hugepage_size: Some(2 << 20),
         host_numa_node: Some(0),
         hotplug_size: Some(0),
+        hotplugged_size: Some(0),
         prefault: false,
     }
 }
@@ -214,6 +216,7 @@ fn full_memory() -> MemoryConfig {
         prefault: false,
         thp: true,
         hotplug_size: Some(0),
+        hotplug_method: vm_config::HotplugMethod::VirtioMem,
         zones: Some(vec![full_zone()]),
     }
 }
@@ -320,6 +323,9 @@ fn full_balloon_stats() -> BalloonStatsResponse {
         guest_total: Some(1 << 30),
         guest_free: Some(1 << 29),
         guest_used: Some(1 << 29),
+        hotplug_size: 1 << 30,
+        hotplug_requested: 256 << 20,
+        hotplug_plugged: 128 << 20,
     };
     BalloonStatsResponse {
         balloon_actual: 8192,
@@ -435,6 +441,14 @@ fn cases() -> Vec<Case> {
             name: "DeviceNode",
             full: v(full_device_node()),
             parses: parses::<DeviceNode>,
+        },
+        Case {
+            name: "PciDeviceInfo",
+            full: v(PciDeviceInfo {
+                id: "_disk1".into(),
+                bdf: "0000:00:05.0".into(),
+            }),
+            parses: parses::<PciDeviceInfo>,
         },
         Case {
             name: "VmmPingResponse",
@@ -623,6 +637,7 @@ fn roundtrip_by_name(name: &str, v: &Value) -> Option<Value> {
         "PlatformConfig" => roundtrip_in_vm(json!({ "platform": v }), |c| &c["platform"]),
         "VmInfo" => roundtrip::<VmInfo>(v),
         "DeviceNode" => roundtrip::<DeviceNode>(v),
+        "PciDeviceInfo" => roundtrip::<PciDeviceInfo>(v),
         "VmmPingResponse" => roundtrip::<VmmPingResponse>(v),
         "BalloonConfig" => roundtrip_in_vm(json!({ "balloon": v }), |c| &c["balloon"]),
         "RngConfig" => roundtrip_in_vm(json!({ "rng": v }), |c| &c["rng"]),

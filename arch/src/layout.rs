@@ -60,6 +60,11 @@ pub const PCI_MMIO_SIZE: u64 = 0x1000_0000;
 pub const PCI_ECAM_START: u64 = 0xe000_0000;
 /// ECAM size: one bus (32 devices x 8 functions x 4 KiB).
 pub const PCI_ECAM_SIZE: u64 = 0x10_0000;
+/// The ACPI PCI hotplug controller's registers (`\_SB_.PHPR`: PCIU, PCID,
+/// B0EJ, PSEG), right after ECAM.
+pub const PCI_HOTPLUG_START: u64 = PCI_ECAM_START + PCI_ECAM_SIZE;
+/// Size of the PCI hotplug register block.
+pub const PCI_HOTPLUG_SIZE: u64 = 0x10;
 /// I/O ports of PCI configuration mechanism #1 (0xcf8 address, 0xcfc data).
 pub const PCI_CONFIG_IO_PORT: u16 = 0xcf8;
 /// First GSI for MSI-X vectors: above the IOAPIC's pins, routed by KVM
@@ -88,6 +93,9 @@ pub const GED_EVENT_PORT: u16 = 0x610;
 pub const GED_IRQ: u32 = 9;
 /// Bit in the GED event register that means "power button".
 pub const GED_EVENT_POWER_BUTTON: u8 = 1 << 0;
+/// Bit in the GED event register that means "PCI devices changed" (the
+/// AML then scans the hotplug controller; Cloud Hypervisor's bit value).
+pub const GED_EVENT_PCI_HOTPLUG: u8 = 1 << 2;
 /// COM1 I/O base and its ISA IRQ.
 pub const COM1_PORT: u16 = 0x3f8;
 /// ISA IRQ line of COM1.

@@ -152,6 +152,7 @@ impl DeviceLoop {
             tx,
             wake: wake.clone(),
             shared: shared.clone(),
+            workers: Vec::new(),
         };
         let label = name.to_owned();
         let thread = crate::sandbox::spawn(name, move || {
@@ -203,9 +204,25 @@ pub struct LoopHandle {
     tx: Sender<Command>,
     wake: Arc<EventFd>,
     shared: Arc<Shared>,
+    /// The other threads of a multiqueue device, in order (see
+    /// [`LoopHandle::with_workers`]).
+    workers: Vec<LoopHandle>,
 }
 
 impl LoopHandle {
+    /// This loop as thread 0 of a device served by several threads
+    /// (`VirtioDevice::worker_count`), `workers` being threads 1, 2, ...:
+    /// the transport activates, resets and fails them together.
+    pub fn with_workers(mut self, workers: Vec<LoopHandle>) -> Self {
+        self.workers = workers;
+        self
+    }
+
+    /// The other threads given with [`LoopHandle::with_workers`].
+    pub fn workers(&self) -> &[LoopHandle] {
+        &self.workers
+    }
+
     fn send(&self, cmd: Command) -> io::Result<()> {
         self.tx
             .send(cmd)

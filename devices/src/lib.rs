@@ -13,6 +13,7 @@ pub mod pci;
 pub mod sandbox;
 pub mod transport;
 pub mod virtio;
+pub mod virtio_mem;
 
 pub use bus::{Bus, BusDevice, BusError};
 

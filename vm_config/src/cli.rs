@@ -211,7 +211,8 @@ fn parse_affinity(s: &str) -> Result<Vec<CpuAffinity>, ParseError> {
 impl MemoryConfig {
     /// `--memory` syntax.
     pub const SYNTAX: &'static str = "size=<guest_memory_size>,mergeable=on|off,shared=on|off,\
-hugepages=on|off,hugepage_size=<size>,prefault=on|off,thp=on|off \
+hugepages=on|off,hugepage_size=<size>,prefault=on|off,thp=on|off,\
+hotplug_method=acpi|virtio-mem \
 (default size=512M; must be size=0 with --memory-zone)";
 
     /// Parses a `--memory` value.
@@ -228,12 +229,9 @@ hugepages=on|off,hugepage_size=<size>,prefault=on|off,thp=on|off \
                 "prefault",
                 "thp",
                 "hotplug_size",
+                "hotplug_method",
             ],
-            &[
-                ("hotplug_method", &["acpi"]),
-                ("hotplugged_size", &["0"]),
-                ("reserve", OFF),
-            ],
+            &[("hotplugged_size", &["0"]), ("reserve", OFF)],
             input,
         )?;
         Ok(Self {
@@ -245,6 +243,16 @@ hugepages=on|off,hugepage_size=<size>,prefault=on|off,thp=on|off \
             prefault: toggle(&p, O, "prefault", false)?,
             thp: toggle(&p, O, "thp", true)?,
             hotplug_size: get::<ByteSized>(&p, O, "hotplug_size")?.map(|b| b.0),
+            hotplug_method: match p.get("hotplug_method") {
+                None | Some("acpi") => HotplugMethod::Acpi,
+                Some("virtio-mem") => HotplugMethod::VirtioMem,
+                Some(other) => {
+                    return Err(invalid(
+                        O,
+                        format!("hotplug_method={other}: use acpi or virtio-mem"),
+                    ))
+                }
+            },
             zones,
         })
     }
@@ -253,7 +261,8 @@ hugepages=on|off,hugepage_size=<size>,prefault=on|off,thp=on|off \
 impl MemoryZoneConfig {
     /// `--memory-zone` syntax.
     pub const SYNTAX: &'static str = "id=<zone_id>,size=<size>,file=<path>,shared=on|off,\
-hugepages=on|off,hugepage_size=<size>,host_numa_node=<node>,prefault=on|off";
+hugepages=on|off,hugepage_size=<size>,host_numa_node=<node>,hotplug_size=<size>,\
+hotplugged_size=<size>,prefault=on|off";
 
     /// Parses one `--memory-zone` value.
     pub fn parse(input: &str) -> Result<Self, ParseError> {
@@ -269,9 +278,10 @@ hugepages=on|off,hugepage_size=<size>,host_numa_node=<node>,prefault=on|off";
                 "hugepage_size",
                 "host_numa_node",
                 "hotplug_size",
+                "hotplugged_size",
                 "prefault",
             ],
-            &[("hotplugged_size", &["0"]), ("reserve", OFF)],
+            &[("reserve", OFF)],
             input,
         )?;
         let id = p
@@ -291,6 +301,7 @@ hugepages=on|off,hugepage_size=<size>,host_numa_node=<node>,prefault=on|off";
             hugepage_size: get::<ByteSized>(&p, O, "hugepage_size")?.map(|b| b.0),
             host_numa_node: get::<u32>(&p, O, "host_numa_node")?,
             hotplug_size: get::<ByteSized>(&p, O, "hotplug_size")?.map(|b| b.0),
+            hotplugged_size: get::<ByteSized>(&p, O, "hotplugged_size")?.map(|b| b.0),
             prefault: toggle(&p, O, "prefault", false)?,
         })
     }

@@ -68,16 +68,8 @@ const CPUS: &[(&str, Allowed)] = &[
     ("core_scheduling", OneOf(&[r#""Vm""#, r#""Off""#])),
     ("profile", Is(r#""Host""#)),
 ];
-const MEMORY: &[(&str, Allowed)] = &[
-    ("hotplug_method", Is(r#""Acpi""#)),
-    ("hotplugged_size", Is("0")),
-    ("reserve", Is("false")),
-];
-const ZONE: &[(&str, Allowed)] = &[
-    ("hotplugged_size", Is("0")),
-    ("reserve", Is("false")),
-    ("mergeable", Is("false")),
-];
+const MEMORY: &[(&str, Allowed)] = &[("hotplugged_size", Is("0")), ("reserve", Is("false"))];
+const ZONE: &[(&str, Allowed)] = &[("reserve", Is("false")), ("mergeable", Is("false"))];
 const CONSOLE: &[(&str, Allowed)] = &[("id", Is("null")), PCI[0], PCI[1]];
 const RNG: &[(&str, Allowed)] = &[PCI[0], PCI[1]];
 const BALLOON: &[(&str, Allowed)] = &[("id", Is("null")), ("iommu", Is("false")), PCI[0], PCI[1]];
@@ -213,7 +205,7 @@ const DEFAULTS: &[(&str, &str)] = &[
         "cpus",
         r#"{"features":{"amx":false},"nested":true,"core_scheduling":"Vm","profile":"Host"}"#,
     ),
-    ("memory", r#"{"hotplug_method":"Acpi","reserve":false}"#),
+    ("memory", r#"{"reserve":false}"#),
     ("memory.zones", r#"{"reserve":false,"mergeable":false}"#),
     ("console", r#"{"pci_segment":0}"#),
     ("rng", r#"{"pci_segment":0}"#),

@@ -12,6 +12,8 @@ use crate::validate::ValidationError;
 pub const DEFAULT_DISK_NUM_QUEUES: u16 = 1;
 /// Default queue size (Cloud Hypervisor's).
 pub const DEFAULT_DISK_QUEUE_SIZE: u16 = 128;
+/// Most request queues of one disk (each has its MSI-X vector and thread).
+pub const MAX_DISK_QUEUES: u16 = 64;
 
 /// One virtio-blk disk backed by a raw image file (or a host block device).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,7 +30,8 @@ pub struct DiskConfig {
     /// Accepted for schema compatibility; must be false.
     #[serde(default)]
     pub iommu: bool,
-    /// Request queues; only 1 is supported.
+    /// Request queues, 1..=[`MAX_DISK_QUEUES`] and at most the boot vCPUs
+    /// (as Cloud Hypervisor); above 1 needs `--virtio-transport pci`.
     #[serde(default = "default_num_queues")]
     pub num_queues: u16,
     /// Size of the request queue (a power of two).
@@ -70,7 +73,7 @@ impl DiskConfig {
 
     /// `--disk` syntax.
     pub const SYNTAX: &'static str = "path=<raw image>,readonly=on|off,direct=on|off,\
-id=<device id>,serial=<serial, up to 20 bytes>,num_queues=1,queue_size=<size> \
+id=<device id>,serial=<serial, up to 20 bytes>,num_queues=<1..=vCPUs>,queue_size=<size> \
 (virtio-blk; repeat the option or give several values for several disks)";
 
     /// Parses one `--disk` value.
@@ -136,9 +139,9 @@ id=<device id>,serial=<serial, up to 20 bytes>,num_queues=1,queue_size=<size> \
         if self.iommu {
             return Err(ValidationError::Unsupported("--disk iommu=on"));
         }
-        if self.num_queues != 1 {
+        if self.num_queues == 0 || self.num_queues > MAX_DISK_QUEUES {
             return err(format!(
-                "{name}: num_queues={} is not supported (one request queue)",
+                "{name}: num_queues={} must be 1..={MAX_DISK_QUEUES}",
                 self.num_queues
             ));
         }
@@ -208,7 +211,8 @@ mod tests {
     #[test]
     fn validation_rejects_what_the_device_cannot_do() {
         for bad in [
-            "path=/a,num_queues=2",
+            "path=/a,num_queues=0",
+            "path=/a,num_queues=65",
             "path=/a,queue_size=100",
             "path=/a,queue_size=2",
             "path=/a,iommu=on",

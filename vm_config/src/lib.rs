@@ -12,6 +12,7 @@ mod cli;
 pub mod compat;
 mod console;
 mod disk;
+pub mod hotplug;
 mod net;
 mod types;
 mod validate;

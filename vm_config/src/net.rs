@@ -118,7 +118,9 @@ pub struct NetConfig {
     /// Accepted for schema compatibility; must be false.
     #[serde(default)]
     pub iommu: bool,
-    /// Queues (RX + TX); only one pair (2) is supported.
+    /// Queues, RX and TX counted apart: 2 x queue pairs, at most
+    /// 2 x [`MAX_NET_QUEUE_PAIRS`] and 2 x boot vCPUs (as Cloud
+    /// Hypervisor); above 2 needs `--virtio-transport pci`.
     #[serde(default = "default_num_queues")]
     pub num_queues: u16,
     /// Size of each queue (a power of two).
@@ -162,6 +164,10 @@ impl Default for NetConfig {
     }
 }
 
+/// Most queue pairs of one NIC (one TAP descriptor, two MSI-X vectors and
+/// a thread each).
+pub const MAX_NET_QUEUE_PAIRS: u16 = 64;
+
 /// Smallest MTU an IPv4 link may have (RFC 791).
 pub const MIN_MTU: u16 = 68;
 
@@ -169,7 +175,7 @@ impl NetConfig {
     /// `--net` syntax.
     pub const SYNTAX: &'static str = "tap=<if name>,ip=<host IPv4 of the tap>,\
 mask=<netmask>,mac=<guest MAC>,host_mac=<tap MAC>,mtu=<mtu>,id=<device id>,\
-num_queues=2,queue_size=<size> (virtio-net over a TAP the VMM creates or opens and \
+num_queues=<2 x queue pairs>,queue_size=<size> (virtio-net over a TAP the VMM creates or opens and \
 configures; default ip=192.168.249.1,mask=255.255.255.0, a random mac; repeat for \
 several NICs)";
 
@@ -229,9 +235,10 @@ several NICs)";
         if self.iommu {
             return Err(ValidationError::Unsupported("--net iommu=on"));
         }
-        if self.num_queues != 2 {
+        let max = 2 * MAX_NET_QUEUE_PAIRS;
+        if self.num_queues < 2 || !self.num_queues.is_multiple_of(2) || self.num_queues > max {
             return err(format!(
-                "num_queues={} is not supported (one RX/TX pair: 2)",
+                "num_queues={} must be an even number from 2 to {max} (RX and TX of each pair)",
                 self.num_queues
             ));
         }
@@ -326,7 +333,10 @@ host_mac=12:34:56:78:90:02,mtu=1400,id=n0,num_queues=2,queue_size=128",
             "mac=01:00:5e:00:00:01",
             "mac=00:00:00:00:00:00",
             "host_mac=ff:ff:ff:ff:ff:ff",
-            "num_queues=4",
+            "num_queues=0",
+            "num_queues=1",
+            "num_queues=3",
+            "num_queues=130",
             "queue_size=3",
             "mtu=10",
             "tap=averyveryverylongname",

@@ -226,6 +226,10 @@ pub struct MemoryConfig {
     /// Memory hotplug (not supported; must be absent or 0).
     #[serde(default)]
     pub hotplug_size: Option<u64>,
+    /// How memory is hot-plugged: a zone's `hotplug_size` needs
+    /// [`HotplugMethod::VirtioMem`], as upstream.
+    #[serde(default)]
+    pub hotplug_method: HotplugMethod,
     /// The zones, each its own host mapping.
     #[serde(default)]
     pub zones: Option<Vec<MemoryZoneConfig>>,
@@ -246,9 +250,21 @@ impl Default for MemoryConfig {
             prefault: false,
             thp: true,
             hotplug_size: None,
+            hotplug_method: HotplugMethod::Acpi,
             zones: None,
         }
     }
+}
+
+/// `--memory hotplug_method=` (upstream's `HotplugMethod`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HotplugMethod {
+    /// ACPI memory hotplug (upstream's default; not built here, so only
+    /// the value is accepted).
+    #[default]
+    Acpi,
+    /// virtio-mem: one device per memory zone with `hotplug_size`.
+    VirtioMem,
 }
 
 /// One memory zone (`--memory-zone`): a tier's RAM.
@@ -274,9 +290,14 @@ pub struct MemoryZoneConfig {
     /// Bind the zone's pages to this host NUMA node (mbind MPOL_BIND).
     #[serde(default)]
     pub host_numa_node: Option<u32>,
-    /// Memory hotplug (not supported; must be absent or 0).
+    /// Size of the zone's virtio-mem region (a multiple of 128 MiB): how
+    /// much memory `vm.resize-zone` can add to the zone.
     #[serde(default)]
     pub hotplug_size: Option<u64>,
+    /// How much of `hotplug_size` is plugged at boot (and, after
+    /// `vm.resize-zone`, the last size asked for, so a reboot keeps it).
+    #[serde(default)]
+    pub hotplugged_size: Option<u64>,
     /// Populate the zone before boot.
     #[serde(default)]
     pub prefault: bool,

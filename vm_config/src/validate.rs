@@ -165,11 +165,27 @@ impl VmConfig {
         let mut ids = BTreeSet::new();
         let disks = self.disks.iter().flatten();
         let nets = self.net.iter().flatten();
+        let vcpus = u16::from(self.cpus.boot_vcpus);
         for d in disks.clone() {
             d.validate()?;
+            // Cloud Hypervisor's TooManyQueues: a queue per vCPU at most.
+            if d.num_queues > vcpus {
+                return Err(ValidationError::Disk(format!(
+                    "{}: num_queues={} is more than the {vcpus} boot vCPUs",
+                    d.path.display(),
+                    d.num_queues
+                )));
+            }
         }
         for n in nets.clone() {
             n.validate()?;
+            if n.num_queues / 2 > vcpus {
+                return Err(ValidationError::Net(format!(
+                    "num_queues={} is {} queue pairs, more than the {vcpus} boot vCPUs",
+                    n.num_queues,
+                    n.num_queues / 2
+                )));
+            }
         }
         let (disk_ids, net_ids) = self.device_ids();
         for id in disk_ids.iter().chain(&net_ids) {
@@ -290,11 +306,7 @@ impl VmConfig {
             }
             check_page_multiple("--memory-zone", &format!("zone '{}' size", z.id), z.size)
                 .map_err(ValidationError::Zone)?;
-            if z.hotplug_size.unwrap_or(0) != 0 {
-                return Err(ValidationError::Unsupported(
-                    "memory hotplug (zone hotplug_size)",
-                ));
-            }
+            crate::hotplug::validate_zone(z, m.hotplug_method).map_err(ValidationError::Zone)?;
             if let Some(node) = z.host_numa_node {
                 if !host_has_node(node) {
                     return Err(ValidationError::Zone(format!(
@@ -682,5 +694,33 @@ mod tests {
             ..crate::DiskConfig::new("/a")
         }]);
         assert!(matches!(check(&c), Err(ValidationError::Disk(_))));
+    }
+
+    #[test]
+    fn queues_are_bounded_by_the_boot_vcpus_as_upstream() {
+        let mut c = tiered();
+        c.cpus.boot_vcpus = 2;
+        c.cpus.max_vcpus = 2;
+        let disk = |n| crate::DiskConfig {
+            num_queues: n,
+            ..crate::DiskConfig::new("/a")
+        };
+        let net = |n| crate::NetConfig {
+            num_queues: n,
+            ..Default::default()
+        };
+        c.disks = Some(vec![disk(2)]);
+        c.net = Some(vec![net(4)]);
+        check(&c).unwrap();
+        c.disks = Some(vec![disk(3)]);
+        let e = check(&c).unwrap_err().to_string();
+        assert!(e.contains("more than the 2 boot vCPUs"), "{e}");
+        c.disks = Some(vec![disk(0)]);
+        assert!(matches!(check(&c), Err(ValidationError::Disk(_))));
+        c.disks = None;
+        for bad in [6, 5, 1, 0] {
+            c.net = Some(vec![net(bad)]);
+            assert!(matches!(check(&c), Err(ValidationError::Net(_))), "{bad}");
+        }
     }
 }

@@ -14,8 +14,8 @@ use crate::vm::VmError;
 const STATS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The RAM of each tier, `[FMem, SMem]`, as the balloon sees it: every
-/// range of every zone, with the zone's backing file for hole punching and
-/// its host page size.
+/// range of every zone and its virtio-mem region, with the backing file
+/// for hole punching and the host page size.
 pub fn tier_memory(config: &VmConfig, memory: &MemoryManager) -> Result<[TierMemory; 2], VmError> {
     let mut tiers = [Vec::new(), Vec::new()];
     for zone in memory.zones() {
@@ -30,6 +30,20 @@ pub fn tier_memory(config: &VmConfig, memory: &MemoryManager) -> Result<[TierMem
             let range = match &file {
                 Some(f) => TierRange::file_backed(r.gpa, r.len, f.clone(), r.zone_offset),
                 None => TierRange::anonymous(r.gpa, r.len),
+            };
+            tiers[tier as usize].push(range.with_page_size(zone.page_size));
+        }
+        // Plugged virtio-mem memory is the zone's RAM too: the guest's
+        // balloon may take pages from it (docs/virtio-mem.md).
+        if let Some(h) = &zone.hotplug {
+            let range = match &h.fd {
+                Some(f) => {
+                    let f = f
+                        .try_clone()
+                        .map_err(|e| VmError::Io("duplicating a hotplug region's fd", e))?;
+                    TierRange::file_backed(h.gpa, h.size, Arc::new(f), 0)
+                }
+                None => TierRange::anonymous(h.gpa, h.size),
             };
             tiers[tier as usize].push(range.with_page_size(zone.page_size));
         }

@@ -14,7 +14,8 @@
 //! Transports are behind [`Transport`]: the device models never see which
 //! one carries them. virtio-mmio is the default; after
 //! [`DeviceManager::enable_pci`] every virtio device goes on the PCI root
-//! bus instead (`crate::virtio_pci`).
+//! bus instead (`crate::virtio_pci`), and can be hot-plugged and unplugged
+//! while the guest runs (`hotplug.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -30,7 +31,7 @@ use devices::Bus;
 use kvm_ioctls::VmFd;
 
 use crate::virtio_mmio::VirtioMmioAllocator;
-use crate::virtio_pci::PciSegment;
+use crate::virtio_pci::{PciAttachment, PciSegment};
 use crate::vm::VmError;
 
 /// How long [`DeviceManager::pause`] waits for one device thread to park:
@@ -77,8 +78,19 @@ struct VirtioSlot {
     id: String,
     counters: Arc<dyn DeviceCounters>,
     transport: Arc<dyn Transport>,
+    /// Its place on the PCI bus and KVM wiring, on virtio-pci.
+    pci: Option<PciAttachment>,
     /// The device thread; dropping it stops the thread.
     thread: DeviceLoop,
+    /// The other threads of a multiqueue device (one per queue or pair).
+    workers: Vec<DeviceLoop>,
+}
+
+impl VirtioSlot {
+    /// Every thread of the device, the first one first.
+    fn threads(&self) -> impl Iterator<Item = &DeviceLoop> {
+        std::iter::once(&self.thread).chain(&self.workers)
+    }
 }
 
 /// The VM's devices.
@@ -172,14 +184,33 @@ impl DeviceManager {
         id: String,
         device: Arc<Mutex<dyn VirtioDevice>>,
     ) -> Result<(), VmError> {
-        let (name, counters) = {
+        let (name, counters, threads) = {
             let d = device.lock().unwrap_or_else(|p| p.into_inner());
-            (d.thread_name(), d.counters())
+            (d.thread_name(), d.counters(), d.worker_count().max(1))
         };
-        let thread =
-            DeviceLoop::spawn(name).map_err(|e| VmError::Io("starting a device thread", e))?;
+        if threads > 1 && self.pci.is_none() {
+            // One GSI per virtio-mmio window: the queues could not interrupt
+            // separately, and Linux's virtio_mmio gives them one vector.
+            return Err(VmError::Config(format!(
+                "{id}: {threads} queues (num_queues) need MSI-X: use --virtio-transport pci"
+            )));
+        }
+        let spawn =
+            || DeviceLoop::spawn(name).map_err(|e| VmError::Io("starting a device thread", e));
+        let thread = spawn()?;
+        let workers = (1..threads)
+            .map(|_| spawn())
+            .collect::<Result<Vec<_>, _>>()?;
+        let handle = thread
+            .handle()
+            .with_workers(workers.iter().map(DeviceLoop::handle).collect());
+        let mut pci_slot = None;
         let transport: Arc<dyn Transport> = match &mut self.pci {
-            Some(pci) => pci.attach(vm_fd, &mut self.mmio_bus, mem, device, thread.handle())?,
+            Some(pci) => {
+                let (interrupt, attachment) = pci.attach(vm_fd, mem, device, handle)?;
+                pci_slot = Some(attachment);
+                interrupt
+            }
             None => {
                 let (desc, interrupt) = crate::virtio_mmio::attach(
                     vm_fd,
@@ -197,7 +228,9 @@ impl DeviceManager {
             id,
             counters,
             transport,
+            pci: pci_slot,
             thread,
+            workers,
         });
         Ok(())
     }
@@ -208,9 +241,11 @@ impl DeviceManager {
     pub fn pause(&self) -> Result<(), String> {
         for (n, slot) in self.virtio.iter().enumerate() {
             slot.transport.hold_interrupts();
-            if let Err(e) = slot.thread.handle().pause(DEVICE_PAUSE_WAIT) {
-                let undo = self.resume_first(n + 1).err().unwrap_or_default();
-                return Err(format!("device {} did not pause: {e} {undo}", slot.id));
+            for thread in slot.threads() {
+                if let Err(e) = thread.handle().pause(DEVICE_PAUSE_WAIT) {
+                    let undo = self.resume_first(n + 1).err().unwrap_or_default();
+                    return Err(format!("device {} did not pause: {e} {undo}", slot.id));
+                }
             }
         }
         Ok(())
@@ -225,8 +260,10 @@ impl DeviceManager {
     fn resume_first(&self, n: usize) -> Result<(), String> {
         let mut errors = Vec::new();
         for slot in &self.virtio[..n] {
-            if let Err(e) = slot.thread.handle().resume() {
-                errors.push(format!("{}: {e}", slot.id));
+            for thread in slot.threads() {
+                if let Err(e) = thread.handle().resume() {
+                    errors.push(format!("{}: {e}", slot.id));
+                }
             }
             if let Err(e) = slot.transport.release_interrupts() {
                 errors.push(format!("{}: {e}", slot.id));
@@ -251,11 +288,22 @@ impl DeviceManager {
                 for (k, v) in slot.thread.handle().counters() {
                     c.insert(format!("thread_{k}"), v);
                 }
+                // A multiqueue device's threads are activated and reset
+                // together; their handler calls add up.
+                let calls: u64 = slot
+                    .workers
+                    .iter()
+                    .flat_map(|w| w.handle().counters())
+                    .filter(|(k, _)| *k == "handler_calls")
+                    .map(|(_, v)| v)
+                    .sum();
+                *c.entry("thread_handler_calls".into()).or_default() += calls;
                 (slot.id.clone(), c)
             })
             .collect()
     }
 }
 
+pub mod hotplug;
 #[cfg(test)]
 mod tests;

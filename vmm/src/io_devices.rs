@@ -2,6 +2,7 @@
 //! configuration; their ids (`id`, or `_disk<N>` / `_net<N>`, as Cloud
 //! Hypervisor names them) key their counters.
 
+use devices::virtio::tap::TapQueues;
 use devices::virtio::{Block, Console, DiskOptions, Net, NetOptions, Tap};
 use vm_config::{ConsoleOutputMode, DiskConfig, NetConfig, VmConfig};
 
@@ -18,6 +19,7 @@ pub fn create_disk(id: String, cfg: &DiskConfig) -> Result<(String, Block), VmEr
         direct: cfg.direct,
         serial: cfg.serial.clone(),
         queue_size: cfg.queue_size,
+        num_queues: cfg.num_queues,
     })
     .map_err(|e| {
         VmError::Config(format!(
@@ -33,7 +35,9 @@ pub fn create_disk(id: String, cfg: &DiskConfig) -> Result<(String, Block), VmEr
 /// The NIC's device over a TAP created (or opened) and configured now.
 pub fn create_net(id: String, cfg: &NetConfig) -> Result<(String, Net), VmError> {
     let err = |e: std::io::Error| VmError::Config(format!("--net {id}: {e}"));
-    let tap = Tap::open(cfg.tap.as_deref()).map_err(err)?;
+    // num_queues counts RX and TX queues: one TAP descriptor per pair.
+    let pairs = usize::from(cfg.num_queues / 2).max(1);
+    let (tap, others) = Tap::open_queues(cfg.tap.as_deref(), pairs).map_err(err)?;
     if let Some(mac) = cfg.host_mac {
         tap.set_mac(mac.0).map_err(err)?;
     }
@@ -43,14 +47,16 @@ pub fn create_net(id: String, cfg: &NetConfig) -> Result<(String, Net), VmError>
     tap.set_ipv4(cfg.ip, cfg.mask).map_err(err)?;
     tap.up().map_err(err)?;
     log::info!(
-        "net {id}: TAP {} at {}/{}, guest MAC {}",
+        "net {id}: TAP {} at {}/{}, guest MAC {}, {pairs} queue pair(s)",
         tap.name(),
         cfg.ip,
         cfg.mask,
         cfg.mac
     );
-    let dev = Net::new(
-        tap.into_file(),
+    let mut files = vec![tap.into_file()];
+    files.extend(others);
+    let dev = Net::with_queues(
+        TapQueues::new(files, pairs > 1),
         NetOptions {
             mac: cfg.mac.0,
             mtu: cfg.mtu,

@@ -16,9 +16,11 @@ pub mod io_devices;
 pub mod landlock;
 pub mod memory;
 pub mod seccomp;
+pub mod virtio_mem;
 pub mod virtio_mmio;
 pub mod virtio_pci;
 pub mod vm;
 mod vmm;
+mod zone_resize;
 
 pub use vmm::{block_termination_signals, ApiEndpoint, ExitStatus, Vmm, VmmError};

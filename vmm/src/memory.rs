@@ -19,6 +19,9 @@ use vm_config::{MemoryZoneConfig, VmConfig};
 use vm_memory::mmap::MmapRegionBuilder;
 use vm_memory::{FileOffset, GuestAddress, GuestMemoryMmap, GuestMemoryRegion, GuestRegionMmap};
 
+pub mod hotplug;
+pub use hotplug::HotplugRegion;
+
 /// Errors while creating guest RAM.
 #[derive(Debug, thiserror::Error)]
 pub enum MemoryError {
@@ -96,6 +99,8 @@ pub struct Zone {
     pub fd: Option<File>,
     /// Host page size of the backing: 4 KiB, or the huge page size.
     pub page_size: u64,
+    /// The zone's virtio-mem region (`hotplug_size`), if any.
+    pub hotplug: Option<HotplugRegion>,
 }
 
 /// All of guest RAM.
@@ -156,15 +161,28 @@ impl MemoryManager {
                 hugepage_size: config.memory.hugepage_size,
                 host_numa_node: None,
                 hotplug_size: None,
+                hotplugged_size: None,
                 prefault: config.memory.prefault,
             }],
         };
         let layout = layout_zones(&zone_configs.iter().map(|z| z.size).collect::<Vec<_>>());
+        let ram_end = layout
+            .iter()
+            .flatten()
+            .map(|r| r.gpa + r.len)
+            .max()
+            .unwrap_or(0);
+        let hotplug_layout = hotplug::layout_hotplug(&zone_configs, ram_end);
         let mut zones = Vec::new();
         let mut regions = Vec::new();
         let mut slot = 0u32;
-        for (zc, ranges) in zone_configs.iter().zip(layout) {
-            let (zone, zone_regions) = create_zone(zc, config.memory.thp, ranges)?;
+        for ((zc, ranges), hotplug_at) in zone_configs.iter().zip(layout).zip(hotplug_layout) {
+            let (mut zone, mut zone_regions) = create_zone(zc, config.memory.thp, ranges)?;
+            if let Some((gpa, size)) = hotplug_at {
+                let (region, mapping) = hotplug::create_region(zc, config.memory.thp, gpa, size)?;
+                zone.hotplug = Some(region);
+                zone_regions.push(mapping);
+            }
             for region in zone_regions {
                 let mem_region = kvm_userspace_memory_region {
                     slot,
@@ -187,6 +205,8 @@ impl MemoryManager {
             }
             zones.push(Arc::new(zone));
         }
+        // Hotplug regions sit above every zone: sort by guest address.
+        regions.sort_by_key(|r| r.start_addr());
         let guest_memory = GuestMemoryMmap::from_regions(regions)
             .map_err(|e| MemoryError::Layout(e.to_string()))?;
         Ok(Self {
@@ -290,6 +310,7 @@ fn create_zone(
         } else {
             4096
         },
+        hotplug: None,
     };
     Ok((zone, regions))
 }

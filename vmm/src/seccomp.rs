@@ -128,7 +128,9 @@ impl ThreadKind {
             "virtio-net" => Self::Net,
             "virtio-rng" => Self::Rng,
             "virtio-console" => Self::Console,
-            "balloon" => Self::Balloon,
+            // virtio-mem releases unplugged blocks as the balloon does
+            // (madvise, hole punching): the same filter.
+            "balloon" | "virtio-mem" => Self::Balloon,
             _ => return None,
         })
     }

@@ -1,7 +1,9 @@
 //! Puts virtio devices on a PCI root bus (`--virtio-transport pci`): the
 //! bus's ECAM window and 0xcf8 ports, one BAR 0 per device in the 32-bit
 //! PCI window, notifications through KVM ioeventfds and MSI-X through
-//! irqfds whose GSIs KVM routes to the messages the guest programs.
+//! irqfds whose GSIs KVM routes to the messages the guest programs; and
+//! the ACPI hotplug controller, with [`PciSegment::detach`] to take a
+//! function back off the bus.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -12,7 +14,10 @@ use arch::acpi::PciHostDesc;
 use arch::layout;
 use devices::event_loop::LoopHandle;
 use devices::pci::ecam::CONFIG_IO_PORTS;
-use devices::pci::{ConfigIo, EcamWindow, MsiMessage, MsiRouting, MsixVector, PciRoot};
+use devices::pci::{
+    BarWindow, BarWindowDevice, ConfigIo, EcamWindow, MsiMessage, MsiRouting, MsixVector,
+    PciHotplug, PciHotplugRegisters, PciRoot,
+};
 use devices::transport::virtio_pci::{self, PciInterrupt, VirtioPciDevice};
 use devices::virtio::{GuestMemoryMmap, VirtioDevice};
 use devices::Bus;
@@ -24,6 +29,9 @@ use kvm_ioctls::{IoEventAddress, NoDatamatch, VmFd};
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::vm::VmError;
+
+mod relocate;
+use relocate::{SlotFunction, Wiring};
 
 /// KVM's limit on GSI routes (`KVM_MAX_IRQ_ROUTES`).
 const MAX_GSI: u32 = 4096;
@@ -122,6 +130,30 @@ fn msi_route(gsi: u32, msg: &MsiMessage) -> kvm_irq_routing_entry {
     e
 }
 
+impl KvmMsiRoutes {
+    /// Drops the MSI routes of `gsis` (an unplugged device's vectors), so
+    /// a GSI handed out again starts without a stale message.
+    pub fn forget(&self, gsis: &[u32]) -> io::Result<()> {
+        let mut msi = self.msi.lock().unwrap_or_else(|p| p.into_inner());
+        let before = msi.len();
+        msi.retain(|gsi, _| !gsis.contains(gsi));
+        if msi.len() == before {
+            return Ok(());
+        }
+        Self::apply(&self.vm_fd, &msi)
+    }
+
+    fn apply(vm_fd: &VmFd, msi: &BTreeMap<u32, MsiMessage>) -> io::Result<()> {
+        let mut entries = default_irqchip_routes();
+        entries.extend(msi.iter().map(|(&gsi, m)| msi_route(gsi, m)));
+        let table = KvmIrqRouting::from_entries(&entries)
+            .map_err(|e| io::Error::other(format!("GSI routing table: {e:?}")))?;
+        vm_fd
+            .set_gsi_routing(&table)
+            .map_err(|e| io::Error::from_raw_os_error(e.errno()))
+    }
+}
+
 impl MsiRouting for KvmMsiRoutes {
     fn route(&self, gsi: u32, msg: MsiMessage) -> io::Result<()> {
         let mut msi = self.msi.lock().unwrap_or_else(|p| p.into_inner());
@@ -136,12 +168,28 @@ impl MsiRouting for KvmMsiRoutes {
     }
 }
 
-/// The PCI root bus of a VM and what it hands out: slots, BAR space, GSIs.
+/// The PCI root bus of a VM and what it hands out: slots, BAR space
+/// (one BAR 0 per slot, at the slot's place in the [`BarWindow`]), GSIs.
 pub struct PciSegment {
     root: Arc<Mutex<PciRoot>>,
     routes: Arc<KvmMsiRoutes>,
-    next_bar: u64,
+    bars: Arc<BarWindow>,
+    hotplug: Arc<PciHotplug>,
     next_gsi: u32,
+    /// GSIs of unplugged devices, handed out again first.
+    free_gsis: Vec<u32>,
+}
+
+/// What [`PciSegment::attach`] wired into KVM for one function, to undo
+/// it at unplug. The eventfds are duplicates of the ones KVM knows (KVM
+/// matches an eventfd by its file, not by the descriptor number).
+pub struct PciAttachment {
+    /// The function's slot on bus 0.
+    pub slot: u8,
+    vectors: Vec<(u32, EventFd)>,
+    /// BAR 0 and the queue ioeventfds, shared with the slot (the guest
+    /// may move the BAR).
+    wiring: Arc<Mutex<Wiring>>,
 }
 
 impl PciSegment {
@@ -163,12 +211,50 @@ impl PciSegment {
                 CONFIG_IO_PORTS,
             )
             .map_err(|e| VmError::Device(format!("PCI configuration ports: {e}")))?;
+        let bars = Arc::new(BarWindow::new(
+            layout::PCI_MMIO_START,
+            layout::PCI_MMIO_SIZE,
+        ));
+        mmio_bus
+            .insert(
+                Arc::new(Mutex::new(BarWindowDevice(bars.clone()))),
+                layout::PCI_MMIO_START,
+                bars.len(),
+            )
+            .map_err(|e| VmError::Device(format!("PCI BAR window: {e}")))?;
+        let hotplug = Arc::new(PciHotplug::new().map_err(|e| VmError::Io("eventfd", e))?);
+        mmio_bus
+            .insert(
+                Arc::new(Mutex::new(PciHotplugRegisters(hotplug.clone()))),
+                layout::PCI_HOTPLUG_START,
+                layout::PCI_HOTPLUG_SIZE,
+            )
+            .map_err(|e| VmError::Device(format!("PCI hotplug registers: {e}")))?;
         Ok(Self {
             root,
             routes: Arc::new(KvmMsiRoutes::new(vm_fd)),
-            next_bar: layout::PCI_MMIO_START,
+            bars,
+            hotplug,
             next_gsi: layout::PCI_MSI_FIRST_GSI,
+            free_gsis: Vec::new(),
         })
+    }
+
+    /// The ACPI hotplug controller of this bus.
+    pub fn hotplug(&self) -> &Arc<PciHotplug> {
+        &self.hotplug
+    }
+
+    fn take_gsis(&mut self, n: usize) -> Result<Vec<u32>, VmError> {
+        let reused = n.min(self.free_gsis.len());
+        let fresh = u32::try_from(n - reused).unwrap_or(u32::MAX);
+        if self.next_gsi.saturating_add(fresh) > MAX_GSI {
+            return Err(VmError::Device("no GSI left for MSI-X vectors".into()));
+        }
+        let mut gsis = self.free_gsis.split_off(self.free_gsis.len() - reused);
+        gsis.extend(self.next_gsi..self.next_gsi + fresh);
+        self.next_gsi += fresh;
+        Ok(gsis)
     }
 
     /// What the MCFG table and the DSDT's host bridge describe.
@@ -182,34 +268,69 @@ impl PciSegment {
         }
     }
 
-    /// Puts `device` on the bus: a BAR 0 on `mmio_bus`, its queue
-    /// ioeventfds, one irqfd per MSI-X vector, a slot. Its data path runs
-    /// on `device_loop`.
+    /// Puts `device` on the bus in the lowest free slot: its BAR 0 in the
+    /// slot's place of the BAR window, its queue ioeventfds, one irqfd per
+    /// MSI-X vector. Its data path runs on `device_loop`. Works the same
+    /// while the guest runs (hotplug): nothing here is copied into the
+    /// vCPUs.
     pub fn attach(
         &mut self,
         vm_fd: &VmFd,
-        mmio_bus: &mut Bus,
         mem: &GuestMemoryMmap,
         device: Arc<Mutex<dyn VirtioDevice>>,
         device_loop: LoopHandle,
-    ) -> Result<Arc<PciInterrupt>, VmError> {
-        let bar = self.next_bar;
-        if bar + virtio_pci::BAR_SIZE > layout::PCI_MMIO_START + layout::PCI_MMIO_SIZE {
-            return Err(VmError::Device("the PCI BAR window is full".into()));
-        }
+    ) -> Result<(Arc<PciInterrupt>, PciAttachment), VmError> {
+        let slot = lock(&self.root)
+            .free_slot()
+            .map_err(|e| VmError::Device(e.to_string()))?;
+        // The slot's place in the window (slot 1 at its start; the host
+        // bridge has no BAR), unless the guest moved another BAR there.
+        let preferred =
+            layout::PCI_MMIO_START + u64::from(slot.saturating_sub(1)) * virtio_pci::BAR_SIZE;
+        let bar = self
+            .bars
+            .free_range(preferred, virtio_pci::BAR_SIZE)
+            .ok_or_else(|| VmError::Device("the PCI BAR window is full".into()))?;
         let n = virtio_pci::vectors_for(&*device.lock().unwrap_or_else(|p| p.into_inner()));
-        let n32 = u32::try_from(n).unwrap_or(u32::MAX);
-        if self.next_gsi.saturating_add(n32) > MAX_GSI {
-            return Err(VmError::Device("no GSI left for MSI-X vectors".into()));
+        let gsis = self.take_gsis(n)?;
+        let mut wired = PciAttachment {
+            slot,
+            vectors: Vec::with_capacity(n),
+            wiring: Arc::new(Mutex::new(Wiring {
+                bar,
+                queue_evts: Vec::new(),
+            })),
+        };
+        match self.wire(vm_fd, mem, device, device_loop, &gsis, &mut wired) {
+            Ok(interrupt) => Ok((interrupt, wired)),
+            Err(e) => {
+                self.unwire(vm_fd, &wired);
+                self.free_gsis.extend(gsis);
+                Err(e)
+            }
         }
-        let mut vectors = Vec::with_capacity(n);
-        for gsi in self.next_gsi..self.next_gsi + n32 {
+    }
+
+    fn wire(
+        &mut self,
+        vm_fd: &VmFd,
+        mem: &GuestMemoryMmap,
+        device: Arc<Mutex<dyn VirtioDevice>>,
+        device_loop: LoopHandle,
+        gsis: &[u32],
+        wired: &mut PciAttachment,
+    ) -> Result<Arc<PciInterrupt>, VmError> {
+        let mut vectors = Vec::with_capacity(gsis.len());
+        for &gsi in gsis {
             let irq = EventFd::new(libc::EFD_NONBLOCK).map_err(|e| VmError::Io("eventfd", e))?;
+            let kept = irq.try_clone().map_err(|e| VmError::Io("eventfd", e))?;
             vm_fd
                 .register_irqfd(&irq, gsi)
                 .map_err(|e| VmError::Kvm("KVM_IRQFD", e))?;
+            wired.vectors.push((gsi, kept));
             vectors.push(MsixVector { gsi, irq });
         }
+        let bar = lock(&wired.wiring).bar;
         let function = VirtioPciDevice::new(
             device,
             mem.clone(),
@@ -221,24 +342,70 @@ impl PciSegment {
         .map_err(|e| VmError::Device(format!("virtio-pci: {e}")))?;
         for (index, evt) in function.queue_evts().iter().enumerate() {
             let addr = IoEventAddress::Mmio(virtio_pci::notify_address(bar, index));
+            let kept = evt.try_clone().map_err(|e| VmError::Io("eventfd", e))?;
             vm_fd
                 .register_ioevent(evt, &addr, NoDatamatch)
                 .map_err(|e| VmError::Kvm("KVM_IOEVENTFD", e))?;
+            lock(&wired.wiring).queue_evts.push(kept);
         }
         let interrupt = function.interrupt();
         let function = Arc::new(Mutex::new(function));
-        mmio_bus
-            .insert(function.clone(), bar, virtio_pci::BAR_SIZE)
+        self.bars
+            .map(bar, virtio_pci::BAR_SIZE, function.clone())
             .map_err(|e| VmError::Device(e.to_string()))?;
-        self.root
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .add(function)
+        let slot_function = SlotFunction {
+            function,
+            wiring: wired.wiring.clone(),
+            bars: self.bars.clone(),
+            vm_fd: self.routes.vm_fd.clone(),
+        };
+        lock(&self.root)
+            .insert(wired.slot, Arc::new(Mutex::new(slot_function)))
             .map_err(|e| VmError::Device(e.to_string()))?;
-        self.next_bar += virtio_pci::BAR_SIZE;
-        self.next_gsi += n32;
         Ok(interrupt)
     }
+
+    /// Takes an attached function off the bus and out of KVM: the guest
+    /// no longer reaches its configuration space or BAR, its queue
+    /// notifications and vectors are unregistered and its GSIs freed.
+    /// The device thread is the caller's to stop.
+    pub fn detach(&mut self, vm_fd: &VmFd, wired: PciAttachment) {
+        self.unwire(vm_fd, &wired);
+        let gsis: Vec<u32> = wired.vectors.iter().map(|(gsi, _)| *gsi).collect();
+        if let Err(e) = self.routes.forget(&gsis) {
+            log::warn!("PCI slot {}: dropping its MSI routes: {e}", wired.slot);
+        }
+        self.free_gsis.extend(gsis);
+    }
+
+    fn unwire(&mut self, vm_fd: &VmFd, wired: &PciAttachment) {
+        // Off the root bus first: no configuration write (BAR move) can
+        // race with the rest once this returns.
+        lock(&self.root).remove(wired.slot);
+        let wiring = lock(&wired.wiring);
+        self.bars.unmap(wiring.bar);
+        for (index, evt) in wiring.queue_evts.iter().enumerate() {
+            let addr = IoEventAddress::Mmio(virtio_pci::notify_address(wiring.bar, index));
+            if let Err(e) = vm_fd.unregister_ioevent(evt, &addr, NoDatamatch) {
+                log::warn!(
+                    "PCI slot {}: unregistering a queue ioeventfd: {e}",
+                    wired.slot
+                );
+            }
+        }
+        for (gsi, irq) in &wired.vectors {
+            if let Err(e) = vm_fd.unregister_irqfd(irq, *gsi) {
+                log::warn!(
+                    "PCI slot {}: unregistering the irqfd of GSI {gsi}: {e}",
+                    wired.slot
+                );
+            }
+        }
+    }
+}
+
+fn lock<T: ?Sized>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! platform devices, the loaded payload, ACPI tables and vCPU threads.
 
 mod boot;
+pub mod hotplug;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -10,6 +11,7 @@ use arch::acpi::{AcpiConfig, NumaNodeDesc};
 use arch::layout;
 use demeter_balloon::BalloonHandle;
 use devices::legacy::SerialDevice;
+use devices::virtio_mem::VirtioMemHandle;
 use kvm_ioctls::{Kvm, VmFd};
 use vm_config::VmConfig;
 use vmm_sys_util::eventfd::EventFd;
@@ -79,9 +81,11 @@ pub struct Vm {
     // threads, then guest memory goes away.
     vcpus: VcpuManager,
     devices: DeviceManager,
+    /// The virtio-mem devices' handles, by zone id.
+    virtio_mem: BTreeMap<String, VirtioMemHandle>,
     memory: MemoryManager,
     events: VmEvents,
-    _vm_fd: Arc<VmFd>,
+    vm_fd: Arc<VmFd>,
 }
 
 impl Vm {
@@ -97,6 +101,7 @@ impl Vm {
         let mut devices = DeviceManager::default();
         boot::add_platform_devices(config, &vm_fd, &events, &mut devices)?;
         boot::add_virtio_devices(config, &vm_fd, &memory, &mut devices)?;
+        let virtio_mem = crate::virtio_mem::attach(config, &vm_fd, &memory, &mut devices)?;
         boot::write_boot_tables(config, &memory, &devices, &loaded)?;
         let vcpus = boot::start_vcpus(config, &kvm, &vm_fd, &loaded, &devices, &events)?;
         log::info!(
@@ -109,9 +114,10 @@ impl Vm {
         Ok(Self {
             vcpus,
             devices,
+            virtio_mem,
             memory,
             events,
-            _vm_fd: vm_fd,
+            vm_fd,
         })
     }
 
@@ -180,6 +186,16 @@ impl Vm {
         self.devices.balloon()
     }
 
+    /// The virtio-mem device of memory zone `zone`, if it has one.
+    pub fn virtio_mem(&self, zone: &str) -> Option<&VirtioMemHandle> {
+        self.virtio_mem.get(zone)
+    }
+
+    /// Every virtio-mem device, by zone id.
+    pub fn virtio_mem_devices(&self) -> &BTreeMap<String, VirtioMemHandle> {
+        &self.virtio_mem
+    }
+
     /// Stops the vCPUs and devices and releases guest memory.
     pub fn shutdown(self) {
         drop(self);
@@ -212,6 +228,13 @@ fn acpi_config(
                 .flatten()
                 .filter_map(|id| memory.zone(id))
                 .flat_map(|z| z.ranges.iter().map(|r| (r.gpa, r.len)))
+                .collect(),
+            hotplug_memory: n
+                .memory_zones
+                .iter()
+                .flatten()
+                .filter_map(|id| memory.zone(id)?.hotplug.as_ref())
+                .map(|h| (h.gpa, h.size))
                 .collect(),
             distances: n
                 .distances

@@ -11,6 +11,8 @@ use vmm_sys_util::eventfd::EventFd;
 use crate::cpu::VcpuExitReason;
 use crate::vm::{Vm, VmError};
 
+mod hotplug;
+
 /// How the VMM process should end.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExitStatus {
@@ -38,6 +40,7 @@ enum Token {
     PowerOff,
     Reset,
     Api,
+    Eject,
 }
 
 impl Token {
@@ -48,6 +51,7 @@ impl Token {
             Token::PowerOff,
             Token::Reset,
             Token::Api,
+            Token::Eject,
         ]
         .into_iter()
         .find(|t| *t as u64 == v)
@@ -163,6 +167,9 @@ impl Vmm {
         self.watch(ev.vcpu_exit.as_raw_fd(), Token::VcpuExit)?;
         self.watch(ev.poweroff.as_raw_fd(), Token::PowerOff)?;
         self.watch(ev.reset.as_raw_fd(), Token::Reset)?;
+        if let Some(fd) = vm.eject_fd() {
+            self.watch(fd, Token::Eject)?;
+        }
         Ok(vm)
     }
 
@@ -173,6 +180,9 @@ impl Vmm {
             ev.poweroff.as_raw_fd(),
             ev.reset.as_raw_fd(),
         ] {
+            self.unwatch(fd);
+        }
+        if let Some(fd) = vm.eject_fd() {
             self.unwatch(fd);
         }
     }
@@ -344,8 +354,11 @@ impl Vmm {
                     Ok(ApiResponse::VmInfo(Box::new(VmInfo {
                         config: config.clone(),
                         state,
-                        memory_actual_size: config.total_memory().saturating_sub(ballooned),
-                        device_tree: None,
+                        memory_actual_size: (config.total_memory()
+                            + crate::zone_resize::plugged_bytes(self.vm.as_ref()))
+                        .saturating_sub(ballooned),
+                        // As upstream: a device tree once the VM is booted.
+                        device_tree: self.vm.as_ref().map(Vm::device_tree),
                     })))
                 }
                 _ => Err(ApiError::VmNotCreated),
@@ -358,29 +371,32 @@ impl Vmm {
                 _ => Err(ApiError::VmNotRunning),
             },
             ApiRequest::VmBalloonStats => match (state, &self.vm) {
-                (Some(VmState::Running | VmState::Paused), Some(vm)) => vm
-                    .balloon()
-                    .map(|b| ApiResponse::BalloonStats(Box::new(balloon_stats(b))))
-                    .ok_or(ApiError::NoBalloon),
+                (Some(VmState::Running | VmState::Paused), Some(vm)) => {
+                    let hotplug = self
+                        .config
+                        .as_ref()
+                        .map(|c| crate::zone_resize::tier_hotplug(c, Some(vm)))
+                        .unwrap_or_default();
+                    vm.balloon()
+                        .map(|b| ApiResponse::BalloonStats(Box::new(balloon_stats(b, hotplug))))
+                        .ok_or(ApiError::NoBalloon)
+                }
                 // Upstream's answer whether or not a VM was created.
                 _ => Err(ApiError::VmNotRunning),
             },
             ApiRequest::VmResize(data) => self.resize(data).map(|()| ApiResponse::Empty),
-            ApiRequest::VmAddDisk(disk) => self
-                .change_devices(|c| c.disks.get_or_insert_with(Vec::new).push(*disk))
-                .map(|()| ApiResponse::Empty),
-            ApiRequest::VmAddNet(net) => self
-                .change_devices(|c| c.net.get_or_insert_with(Vec::new).push(*net))
-                .map(|()| ApiResponse::Empty),
+            ApiRequest::VmAddDisk(disk) => self.add_device(hotplug::NewDevice::Disk(*disk)),
+            ApiRequest::VmAddNet(net) => self.add_device(hotplug::NewDevice::Net(*net)),
             ApiRequest::VmRemoveDevice(data) => self.remove_device(&data.id),
-            ApiRequest::VmResizeZone(data) => match &self.config {
+            ApiRequest::VmResizeZone(data) => match self.config.as_mut() {
                 None => Err(ApiError::VmNotCreated),
-                Some(c) if !c.memory.zones.iter().flatten().any(|z| z.id == data.id) => Err(
-                    ApiError::Internal(format!("no memory zone with id {:?}", data.id)),
-                ),
-                Some(_) => Err(ApiError::NotSupported(
-                    "resizing a memory zone (virtio-mem)".into(),
-                )),
+                Some(config) => crate::zone_resize::resize_zone(
+                    config,
+                    self.vm.as_ref(),
+                    &data.id,
+                    data.desired_ram,
+                )
+                .map(|()| ApiResponse::Empty),
             },
             ApiRequest::VmResizeDisk(data) => match &self.config {
                 None => Err(ApiError::VmNotCreated),
@@ -469,22 +485,12 @@ impl Vmm {
         if !device_ids(config).any(|d| d == id) {
             return Err(ApiError::UnknownDevice(id.to_owned()));
         }
-        let (disk_ids, net_ids) = config.device_ids();
-        self.change_devices(|c| {
-            // Name the rest as they were named, so their ids do not shift.
-            for (d, own) in c.disks.iter_mut().flatten().zip(disk_ids) {
-                d.id.get_or_insert(own);
-            }
-            for (n, own) in c.net.iter_mut().flatten().zip(net_ids) {
-                n.id.get_or_insert(own);
-            }
-            if let Some(disks) = &mut c.disks {
-                disks.retain(|d| d.id.as_deref() != Some(id));
-            }
-            if let Some(nets) = &mut c.net {
-                nets.retain(|n| n.id.as_deref() != Some(id));
-            }
-        })?;
+        if matches!(self.state(), Some(VmState::Running | VmState::Paused)) {
+            return self.hot_remove_device(id);
+        }
+        // Name the rest as they were named, so their ids do not shift.
+        let changed = hotplug::without_device(config, id);
+        self.change_devices(|c| *c = changed)?;
         Ok(ApiResponse::Empty)
     }
 
@@ -566,6 +572,7 @@ impl Vmm {
                             }
                         }
                     }
+                    Token::Eject => self.on_guest_eject(),
                     Token::PowerOff => return Ok(ExitStatus::Clean("guest powered off".into())),
                     Token::Reset => {
                         if let Some(vm) = &self.vm {
@@ -603,21 +610,31 @@ impl Vmm {
 }
 
 /// The `vm.balloon-stats` answer from the device's view.
-fn balloon_stats(balloon: &demeter_balloon::BalloonHandle) -> api::BalloonStatsResponse {
+/// `hotplug`: each tier's virtio-mem (region, requested, plugged) bytes.
+fn balloon_stats(
+    balloon: &demeter_balloon::BalloonHandle,
+    hotplug: [(u64, u64, u64); 2],
+) -> api::BalloonStatsResponse {
     let stats = balloon.stats();
     let tiers = stats
         .tiers
         .iter()
         .zip(["fmem", "smem"])
-        .map(|(t, name)| api::BalloonTierStats {
-            tier: name.into(),
-            target: t.target_bytes,
-            actual: t.actual_bytes,
-            host_inflated: t.host_balloon_bytes,
-            guest_total: t.guest_total_bytes,
-            guest_free: t.guest_free_bytes,
-            guest_used: t.guest_used_bytes,
-        })
+        .zip(hotplug)
+        .map(
+            |((t, name), (size, requested, plugged))| api::BalloonTierStats {
+                tier: name.into(),
+                target: t.target_bytes,
+                actual: t.actual_bytes,
+                host_inflated: t.host_balloon_bytes,
+                guest_total: t.guest_total_bytes,
+                guest_free: t.guest_free_bytes,
+                guest_used: t.guest_used_bytes,
+                hotplug_size: size,
+                hotplug_requested: requested,
+                hotplug_plugged: plugged,
+            },
+        )
         .collect();
     api::BalloonStatsResponse {
         balloon_actual: balloon.actual().iter().sum(),

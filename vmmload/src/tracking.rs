@@ -482,9 +482,18 @@ mod tests {
     #[test]
     fn auto_reads_follow_the_paging_mode() {
         assert_eq!(auto_reads(Backend::Pvm, None), ReadStrategy::HostRemap);
-        assert_eq!(auto_reads(Backend::Pvm, Some(true)), ReadStrategy::HostRemap);
-        assert_eq!(auto_reads(Backend::Standard, Some(true)), ReadStrategy::FlushTlb);
+        assert_eq!(
+            auto_reads(Backend::Pvm, Some(true)),
+            ReadStrategy::HostRemap
+        );
+        assert_eq!(
+            auto_reads(Backend::Standard, Some(true)),
+            ReadStrategy::FlushTlb
+        );
         assert_eq!(auto_reads(Backend::Standard, None), ReadStrategy::FlushTlb);
-        assert_eq!(auto_reads(Backend::Standard, Some(false)), ReadStrategy::HostRemap);
+        assert_eq!(
+            auto_reads(Backend::Standard, Some(false)),
+            ReadStrategy::HostRemap
+        );
     }
 }

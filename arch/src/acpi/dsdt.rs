@@ -12,6 +12,7 @@
 //!             Local0 = GDAT                      // read-to-clear: read once
 //!             Local1 = Local0 & POWER_BUTTON_BIT
 //!             If (Local1 == POWER_BUTTON_BIT) { Notify (\_SB_.PWRB, 0x80) }
+//!             With PCI: If (Local0 & PCI_HOTPLUG_BIT) { \_SB_.PCI0.PCNT () }
 //!         }
 //!     Device (VRnn)  LNRO0005, one per virtio-mmio window
 //!     Device (PCI0), Device (MBRD)   with a PCI root bus (`pci.rs`)
@@ -20,8 +21,9 @@
 
 use acpi_tables::aml::{
     AddressSpace, AddressSpaceCacheable, And, Device, EISAName, Equal, Field, FieldAccessType,
-    FieldEntry, FieldLockRule, FieldUpdateRule, If, Interrupt, Local, Memory32Fixed, Method, Name,
-    Notify, OpRegion, OpRegionSpace, Package, Path, ResourceTemplate, Scope, Store, IO,
+    FieldEntry, FieldLockRule, FieldUpdateRule, If, Interrupt, Local, Memory32Fixed, Method,
+    MethodCall, Name, Notify, OpRegion, OpRegionSpace, Package, Path, ResourceTemplate, Scope,
+    Store, IO,
 };
 use acpi_tables::Aml;
 
@@ -77,13 +79,28 @@ fn power_button() -> Vec<u8> {
     ))
 }
 
-fn generic_event_device() -> Vec<u8> {
+/// The GED; with `pci_hotplug` its `_EVT` also scans the PCI hotplug
+/// controller (`\_SB_.PCI0.PCNT`) when the VMM sets that event bit.
+fn generic_event_device(pci_hotplug: bool) -> Vec<u8> {
     let bit = layout::GED_EVENT_POWER_BUTTON;
     let port = layout::GED_EVENT_PORT;
     let pwrb = Path::new("\\_SB_.PWRB");
     let gdat = Path::new("GDAT");
     let notify_power_button = Notify::new(&pwrb, &NOTIFY_POWER_BUTTON);
     let is_power_button = Equal::new(&Local(1), &bit);
+    let pci_bit = layout::GED_EVENT_PCI_HOTPLUG;
+    let pci_bits = And::new(&Local(2), &Local(0), &pci_bit);
+    let is_pci = Equal::new(&Local(2), &pci_bit);
+    let pcnt = MethodCall::new(Path::new("\\_SB_.PCI0.PCNT"), vec![]);
+    let scan_pci = If::new(&is_pci, vec![&pcnt]);
+    let read_events = Store::new(&Local(0), &gdat);
+    let power_bits = And::new(&Local(1), &Local(0), &bit);
+    let press = If::new(&is_power_button, vec![&notify_power_button]);
+    let mut evt: Vec<&dyn Aml> = vec![&read_events, &power_bits, &press];
+    if pci_hotplug {
+        evt.push(&pci_bits);
+        evt.push(&scan_pci);
+    }
     aml_bytes(&Device::new(
         Path::new("GED_"),
         vec![
@@ -101,16 +118,7 @@ fn generic_event_device() -> Vec<u8> {
                 FieldUpdateRule::Preserve,
                 vec![FieldEntry::Named(*b"GDAT", 8)],
             ),
-            &Method::new(
-                Path::new("_EVT"),
-                1,
-                true,
-                vec![
-                    &Store::new(&Local(0), &gdat),
-                    &And::new(&Local(1), &Local(0), &bit),
-                    &If::new(&is_power_button, vec![&notify_power_button]),
-                ],
-            ),
+            &Method::new(Path::new("_EVT"), 1, true, evt),
         ],
     ))
 }
@@ -155,7 +163,7 @@ fn virtio_mmio_device(index: usize, dev: &VirtioMmioDesc) -> Vec<u8> {
 pub(super) fn build_dsdt(cfg: &AcpiConfig) -> Vec<u8> {
     let mut devices = com1();
     devices.extend(power_button());
-    devices.extend(generic_event_device());
+    devices.extend(generic_event_device(cfg.pci.is_some()));
     for (index, dev) in cfg.virtio_mmio.iter().enumerate() {
         devices.extend(virtio_mmio_device(index, dev));
     }
@@ -257,6 +265,32 @@ mod tests {
             &b,
             &[0x86, b'\\', 0x2e, b'_', b'S', b'B', b'_', b'P', b'W', b'R', b'B', 0x0a, 0x80]
         ));
+    }
+
+    #[test]
+    fn with_pci_the_ged_scans_the_hotplug_controller() {
+        // \_SB_.PCI0.PCNT as a method call: RootChar, MultiNamePrefix, 3 segments.
+        let pcnt = [
+            b'\\', 0x2f, 3, b'_', b'S', b'B', b'_', b'P', b'C', b'I', b'0', b'P', b'C', b'N', b'T',
+        ];
+        assert!(!contains(&dsdt(&base_config()), &pcnt));
+        let mut cfg = base_config();
+        cfg.pci = Some(crate::acpi::PciHostDesc {
+            ecam_base: layout::PCI_ECAM_START,
+            ecam_size: layout::PCI_ECAM_SIZE,
+            mmio_base: layout::PCI_MMIO_START,
+            mmio_size: layout::PCI_MMIO_SIZE,
+            config_io_port: layout::PCI_CONFIG_IO_PORT,
+        });
+        let b = dsdt(&cfg);
+        assert!(contains(&b, &pcnt));
+        // And (Local0, 4, Local2)
+        assert!(contains(
+            &b,
+            &[0x7b, 0x60, 0x0a, layout::GED_EVENT_PCI_HOTPLUG, 0x62]
+        ));
+        assert!(contains(&b, b"PHPR"));
+        assert!(contains(&b, b"S031"));
     }
 
     #[test]

@@ -24,6 +24,7 @@ mod hmat;
 mod madt;
 mod numa;
 mod pci;
+mod pci_hotplug;
 #[cfg(test)]
 mod test_util;
 mod validate;
@@ -108,6 +109,10 @@ pub struct NumaNodeDesc {
     /// nodes' ranges together must cover the guest's RAM: Linux ignores the
     /// SRAT (no NUMA at all) when more than 1 MiB of e820 RAM is outside it.
     pub memory: Vec<(u64, u64)>,
+    /// Guest-physical ranges that memory may be hot-plugged into later
+    /// (virtio-mem regions), as `(base, length)`: SRAT memory affinity
+    /// entries marked hot-pluggable, so the guest knows their node.
+    pub hotplug_memory: Vec<(u64, u64)>,
     /// SLIT distances to other nodes as `(destination domain, distance)`.
     /// Unlisted pairs use the reverse direction if that is listed, else 20;
     /// the distance to itself is always 10.
@@ -258,7 +263,11 @@ fn warn_on_numa_memory_mismatch<M: GuestMemory>(mem: &M, cfg: &AcpiConfig) {
             .iter()
             .map(|r| (r.start_addr().0, r.len()))
             .collect();
-        let uncovered = validate::uncovered_bytes(&regions, &numa_ranges);
+        // Hot-pluggable ranges (virtio-mem regions) are guest memory but
+        // not e820 RAM: Linux does not count them against the SRAT.
+        let mut described = numa_ranges.clone();
+        described.extend(cfg.numa.iter().flat_map(|n| n.hotplug_memory.clone()));
+        let uncovered = validate::uncovered_bytes(&regions, &described);
         if uncovered >= 1 << 20 {
             log::warn!(
                 "{} KiB of guest memory is in no NUMA node; Linux will ignore the SRAT",

@@ -64,6 +64,13 @@ pub(super) fn build_srat(topology: &NumaTopology) -> Vec<u8> {
             let affinity = MemoryAffinity::new(node.domain, base, size).enabled();
             srat.append_slice(&aml_bytes(&affinity));
         }
+        // Linux gives memory hot-plugged here (virtio-mem) to this node.
+        for &(base, size) in &node.hotplug_memory {
+            let affinity = MemoryAffinity::new(node.domain, base, size)
+                .enabled()
+                .hotpluggable();
+            srat.append_slice(&aml_bytes(&affinity));
+        }
     }
     srat.as_slice().to_vec()
 }
@@ -151,6 +158,18 @@ mod tests {
         assert!(apic_affinities(&b).iter().all(|&(_, d, _)| d != 2));
     }
 
+    /// virtio-mem regions: Linux takes the node of hot-plugged memory
+    /// from these entries (flags: enabled | hot-pluggable).
+    #[test]
+    fn srat_marks_hotplug_ranges_hot_pluggable_in_their_node() {
+        let mut cfg = two_node_config();
+        cfg.numa[1].hotplug_memory = vec![(16 * GIB, GIB)];
+        let b = build_srat(&topology(&cfg));
+        let mem = memory_affinities(&b);
+        assert_eq!(mem.last(), Some(&(1, 16 * GIB, GIB, 0b11)));
+        assert!(mem[..mem.len() - 1].iter().all(|m| m.3 == 1));
+    }
+
     #[test]
     fn srat_encodes_all_bits_of_the_proximity_domain() {
         let cfg = AcpiConfig {
@@ -159,6 +178,7 @@ mod tests {
                 proximity_domain: 255,
                 cpus: vec![0],
                 memory: vec![(0, GIB)],
+                hotplug_memory: Vec::new(),
                 ..Default::default()
             }],
             ..Default::default()
@@ -197,12 +217,14 @@ mod tests {
                     proximity_domain: 3,
                     cpus: vec![0],
                     memory: vec![(0, GIB)],
+                    hotplug_memory: Vec::new(),
                     distances: vec![(1, 17)],
                     ..Default::default()
                 },
                 NumaNodeDesc {
                     proximity_domain: 1,
                     memory: vec![(GIB, GIB)],
+                    hotplug_memory: Vec::new(),
                     ..Default::default()
                 },
             ],

@@ -8,7 +8,9 @@
 //! Scope (\_SB_) {
 //!     Device (PCI0)  PNP0A08 / PNP0A03, _SEG 0, _BBN 0
 //!         _CRS: WordBusNumber 0-0, IO 0xcf8/8, DWordMemory BAR window
+//!         Snnn slots, DVNT, PCNT (hotplug, `pci_hotplug.rs`)
 //!     Device (MBRD)  PNP0C02, _CRS: Memory32Fixed ECAM
+//!     Device (PHPR)  the PCI hotplug controller (`pci_hotplug.rs`)
 //! }
 //! ```
 
@@ -18,7 +20,9 @@ use acpi_tables::aml::{
 };
 use acpi_tables::mcfg::MCFG;
 
+use super::pci_hotplug::RawAml;
 use super::{aml_bytes, PciHostDesc, OEM_ID, OEM_REVISION};
+use crate::layout;
 
 /// The MCFG table: one ECAM region for segment 0, bus 0.
 pub(super) fn build_mcfg(pci: &PciHostDesc) -> Vec<u8> {
@@ -53,6 +57,7 @@ pub(super) fn host_bridge(pci: &PciHostDesc) -> Vec<u8> {
                 Path::new("_CRS"),
                 &ResourceTemplate::new(vec![&bus, &config_io, &window]),
             ),
+            &RawAml(super::pci_hotplug::bridge_objects()),
         ],
     ));
     let ecam = Memory32Fixed::new(false, pci.ecam_base as u32, pci.ecam_size as u32);
@@ -64,6 +69,10 @@ pub(super) fn host_bridge(pci: &PciHostDesc) -> Vec<u8> {
             &Name::new(Path::new("_CRS"), &ResourceTemplate::new(vec![&ecam])),
         ],
     )));
+    bytes.extend(super::pci_hotplug::controller(
+        layout::PCI_HOTPLUG_START,
+        layout::PCI_HOTPLUG_SIZE,
+    ));
     bytes
 }
 

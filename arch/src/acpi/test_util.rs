@@ -90,11 +90,13 @@ pub fn two_node_config() -> AcpiConfig {
                 proximity_domain: 0,
                 cpus: vec![0, 1],
                 memory: vec![(0, 2 * GIB)],
+                hotplug_memory: Vec::new(),
                 ..Default::default()
             },
             NumaNodeDesc {
                 proximity_domain: 1,
                 memory: vec![(4 * GIB, GIB)],
+                hotplug_memory: Vec::new(),
                 ..Default::default()
             },
         ],
@@ -113,17 +115,20 @@ pub fn three_node_config() -> AcpiConfig {
                 proximity_domain: 0,
                 cpus: vec![0, 1],
                 memory: vec![(0, 2 * GIB)],
+                hotplug_memory: Vec::new(),
                 ..Default::default()
             },
             NumaNodeDesc {
                 proximity_domain: 1,
                 cpus: vec![2, 3],
                 memory: vec![(4 * GIB, 2 * GIB)],
+                hotplug_memory: Vec::new(),
                 ..Default::default()
             },
             NumaNodeDesc {
                 proximity_domain: 2,
                 memory: vec![(6 * GIB, GIB), (8 * GIB, GIB)],
+                hotplug_memory: Vec::new(),
                 ..Default::default()
             },
         ],

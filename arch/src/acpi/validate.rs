@@ -25,6 +25,9 @@ pub(super) struct NumaNode {
     /// vCPUs of the node, ascending, including vCPUs no node listed.
     pub cpus: Vec<u8>,
     pub memory: Vec<(u64, u64)>,
+    /// Hot-pluggable ranges (SRAT only; HMAT and the checks above are
+    /// about boot RAM).
+    pub hotplug_memory: Vec<(u64, u64)>,
     /// Effective HMAT access latency (ns) of this node's memory.
     pub latency_ns: u64,
     /// Effective HMAT access bandwidth (MB/s) of this node's memory.
@@ -207,6 +210,7 @@ pub(super) fn resolve_numa(cfg: &AcpiConfig) -> Result<Option<NumaTopology>, Acp
             initiator: desc.proximity_domain,
             cpus,
             memory: desc.memory.clone(),
+            hotplug_memory: desc.hotplug_memory.clone(),
         });
     }
     resolve_memory_only_nodes(&mut topology, &cfg.numa)?;
@@ -427,6 +431,7 @@ mod tests {
             proximity_domain: domain,
             cpus: cpus.to_vec(),
             memory: memory.to_vec(),
+            hotplug_memory: Vec::new(),
             ..Default::default()
         }
     }

@@ -252,14 +252,12 @@ impl ConfigSpace {
         let addr = value & !(bar.size - 1);
         if value == u32::MAX {
             bar.sizing = true;
-        } else if addr == bar.addr {
-            bar.sizing = false;
         } else {
+            // A new address moves the BAR: Linux assigns BARs of hot-plugged
+            // functions itself. Whoever decodes the BAR (the VMM's BAR
+            // window) follows it, see `PciFunction::config_write` callers.
             bar.sizing = false;
-            warn!(
-                "pci: BAR {index} cannot move from {:#x} to {addr:#x} (BAR relocation is not supported)",
-                bar.addr
-            );
+            bar.addr = addr;
         }
     }
 }
@@ -336,16 +334,20 @@ mod tests {
     }
 
     #[test]
-    fn a_bar_cannot_be_moved_or_half_written() {
+    fn a_bar_moves_whole_and_aligned_but_is_never_half_written() {
         let mut c = ConfigSpace::new(&header());
         c.set_bar(0, 0xc000_0000, 0x8000).unwrap();
         w32(&mut c, 0x10, 0xc100_0000);
-        assert_eq!(r32(&c, 0x10), 0xc000_0000);
+        assert_eq!(r32(&c, 0x10), 0xc100_0000);
+        assert_eq!(c.bar(0), Some((0xc100_0000, 0x8000)));
         c.write(0x10, &[0xff, 0xff]);
-        assert_eq!(r32(&c, 0x10), 0xc000_0000);
+        assert_eq!(r32(&c, 0x10), 0xc100_0000);
         // Low bits of the address are hard-wired to the size.
         w32(&mut c, 0x10, 0xc000_0fff);
         assert_eq!(r32(&c, 0x10), 0xc000_0000);
+        // Sizing does not move it.
+        w32(&mut c, 0x10, 0xffff_ffff);
+        assert_eq!(c.bar(0), Some((0xc000_0000, 0x8000)));
     }
 
     #[test]

@@ -7,16 +7,22 @@
 //!                                        └ slot n: PciFunction (virtio-pci)
 //! ```
 //!
-//! A function's BARs are separate [`BusDevice`](crate::BusDevice)s on the
-//! VMM's MMIO bus, at the addresses the VMM assigned.
+//! A function's BAR 0 sits in the [`BarWindow`] on the VMM's MMIO bus,
+//! where the VMM placed it or the guest moved it; [`hotplug`] is the ACPI
+//! hotplug controller that adds and removes functions while the guest
+//! runs.
 
+pub mod bar_window;
 pub mod config_space;
 pub mod ecam;
+pub mod hotplug;
 pub mod msix;
 pub mod root;
 
+pub use bar_window::{BarWindow, BarWindowDevice, BarWindowError};
 pub use config_space::{ConfigSpace, PciHeader};
 pub use ecam::{ConfigIo, EcamWindow};
+pub use hotplug::{PciHotplug, PciHotplugRegisters};
 pub use msix::{MsiMessage, MsiRouting, Msix, MsixVector};
 pub use root::PciRoot;
 

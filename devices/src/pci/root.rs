@@ -17,8 +17,11 @@ pub type SharedFunction = Arc<Mutex<dyn PciFunction>>;
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PciRootError {
     /// Every slot is taken.
-    #[error("the PCI bus has no free slot (at most {SLOTS} devices)")]
+    #[error("the PCI bus has no free slot (at most {} devices besides the host bridge)", SLOTS - 1)]
     Full,
+    /// The slot is taken or does not exist.
+    #[error("PCI slot {0} is taken or does not exist")]
+    SlotTaken(u8),
 }
 
 /// The root bus.
@@ -42,14 +45,40 @@ impl PciRoot {
 
     /// Puts `function` in the first free slot and returns the slot.
     pub fn add(&mut self, function: SharedFunction) -> Result<u8, PciRootError> {
+        let slot = self.free_slot()?;
+        self.slots[usize::from(slot)] = Some(function);
+        Ok(slot)
+    }
+
+    /// The lowest free slot (what [`PciRoot::add`] would take).
+    pub fn free_slot(&self) -> Result<u8, PciRootError> {
         let slot = self
             .slots
             .iter()
             .position(Option::is_none)
             .ok_or(PciRootError::Full)?;
-        self.slots[slot] = Some(function);
         // Below SLOTS (32).
         Ok(slot as u8)
+    }
+
+    /// Puts `function` in `slot`, which must be free (hotplug reserves the
+    /// slot with [`PciRoot::free_slot`] before it builds the function).
+    pub fn insert(&mut self, slot: u8, function: SharedFunction) -> Result<(), PciRootError> {
+        match self.slots.get_mut(usize::from(slot)) {
+            Some(s @ None) => {
+                *s = Some(function);
+                Ok(())
+            }
+            _ => Err(PciRootError::SlotTaken(slot)),
+        }
+    }
+
+    /// Takes the function out of `slot` (unplug); the host bridge stays.
+    pub fn remove(&mut self, slot: u8) -> Option<SharedFunction> {
+        if slot == 0 {
+            return None;
+        }
+        self.slots.get_mut(usize::from(slot))?.take()
     }
 
     fn function(&self, bus: u8, device: u8, function: u8) -> Option<&SharedFunction> {
@@ -129,5 +158,33 @@ mod tests {
         root.config_read(0, 0, 1, 0, &mut id);
         assert_eq!(id, [0xff; 4]);
         root.config_write(0, 40, 0, 0, &[0; 4]);
+    }
+
+    #[test]
+    fn a_freed_slot_is_reused_lowest_first_and_the_host_bridge_stays() {
+        let mut root = PciRoot::new();
+        let f = || -> SharedFunction { Arc::new(Mutex::new(HostBridge::new())) };
+        for _ in 1..SLOTS {
+            root.add(f()).unwrap();
+        }
+        assert_eq!(root.free_slot(), Err(PciRootError::Full));
+        assert!(root.remove(9).is_some());
+        assert!(root.remove(9).is_none(), "already empty");
+        assert!(root.remove(4).is_some());
+        let mut id = [0u8; 4];
+        root.config_read(0, 4, 0, 0, &mut id);
+        assert_eq!(id, [0xff; 4], "an unplugged slot reads all ones");
+        assert_eq!(root.free_slot(), Ok(4));
+        assert_eq!(root.insert(9, f()), Ok(()));
+        assert_eq!(root.insert(9, f()), Err(PciRootError::SlotTaken(9)));
+        assert_eq!(root.insert(32, f()), Err(PciRootError::SlotTaken(32)));
+        assert_eq!(root.add(f()), Ok(4));
+        assert_eq!(root.add(f()), Err(PciRootError::Full));
+        assert!(
+            root.remove(0).is_none(),
+            "the host bridge cannot be removed"
+        );
+        root.config_read(0, 0, 0, 0, &mut id);
+        assert_eq!(u32::from_le_bytes(id), 0x0d57_8086);
     }
 }

@@ -1,6 +1,9 @@
 //! virtio-blk (virtio 1.2 section 5.2) over a raw image file.
 //!
-//! One request queue served by the device's own thread. A request is a
+//! One request queue, or with `num_queues` above one `VIRTIO_BLK_F_MQ`
+//! and that many queues (multiqueue needs MSI-X: virtio-pci), each served
+//! by its own device thread; the threads share the image (positioned
+//! reads and writes need no lock) and atomic counters. A request is a
 //! 16-byte header (type, reserved, sector) the device reads, data, and a
 //! status byte the device writes last. Supported: IN, OUT, FLUSH, GET_ID;
 //! other types get `VIRTIO_BLK_S_UNSUPP`. Requests are checked before any
@@ -28,17 +31,18 @@ use std::sync::Arc;
 
 use log::{info, warn};
 use virtio_bindings::virtio_blk::{
-    VIRTIO_BLK_F_FLUSH, VIRTIO_BLK_F_RO, VIRTIO_BLK_F_SEG_MAX, VIRTIO_BLK_F_SIZE_MAX,
-    VIRTIO_BLK_ID_BYTES, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP,
-    VIRTIO_BLK_T_FLUSH, VIRTIO_BLK_T_GET_ID, VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT,
+    VIRTIO_BLK_F_FLUSH, VIRTIO_BLK_F_MQ, VIRTIO_BLK_F_RO, VIRTIO_BLK_F_SEG_MAX,
+    VIRTIO_BLK_F_SIZE_MAX, VIRTIO_BLK_ID_BYTES, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK,
+    VIRTIO_BLK_S_UNSUPP, VIRTIO_BLK_T_FLUSH, VIRTIO_BLK_T_GET_ID, VIRTIO_BLK_T_IN,
+    VIRTIO_BLK_T_OUT,
 };
 use vmm_sys_util::eventfd::EventFd;
 
 use super::chain::ChainBuffers;
 use super::fault::{guest_fault, ignored_config_write};
 use super::{
-    take_queues, ActivateError, ActiveQueue, DeviceCounters, GuestMemoryMmap, Queue, QueueT,
-    VirtioDevice, VirtioInterrupt, VirtioInterruptType, VIRTIO_F_VERSION_1,
+    ActivateError, ActiveQueue, DeviceCounters, GuestMemoryMmap, Queue, QueueT, VirtioDevice,
+    VirtioInterrupt, VirtioInterruptType, VIRTIO_F_VERSION_1,
 };
 use crate::event_loop::{EventHandler, LoopContext};
 
@@ -60,6 +64,12 @@ const CHUNK: usize = 128 * 1024;
 /// Alignment of the bounce buffer (enough for `O_DIRECT` on 4K devices).
 const ALIGN: usize = 4096;
 const QUEUE_TOKEN: u64 = 0;
+/// Most request queues a disk may have (Cloud Hypervisor's limit on
+/// vCPUs is higher; 64 keeps one MSI-X vector per queue in the table).
+pub const MAX_QUEUES: u16 = 64;
+/// Offset of `num_queues` in the configuration space (after capacity,
+/// size_max, seg_max, geometry, blk_size, topology, writeback, unused0).
+const CONFIG_NUM_QUEUES: usize = 34;
 
 /// What the device has done, for `vm.counters`.
 #[derive(Debug, Default)]
@@ -115,8 +125,11 @@ pub struct DiskOptions {
     pub direct: bool,
     /// Serial returned by GET_ID; derived from the image's inode when None.
     pub serial: Option<String>,
-    /// Size of the request queue.
+    /// Size of each request queue.
     pub queue_size: u16,
+    /// Request queues, 1..=[`MAX_QUEUES`]; above one the device offers
+    /// `VIRTIO_BLK_F_MQ` and serves each queue on its own thread.
+    pub num_queues: u16,
 }
 
 /// An open image and its size.
@@ -163,6 +176,12 @@ impl Block {
     /// Opens the image now, so a missing or read-only file is a
     /// configuration error and not a failure inside the running guest.
     pub fn new(options: DiskOptions) -> io::Result<Self> {
+        if options.num_queues == 0 || options.num_queues > MAX_QUEUES {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("num_queues={} must be 1..={MAX_QUEUES}", options.num_queues),
+            ));
+        }
         let image = open_image(&options)?;
         let mut serial = [0u8; VIRTIO_BLK_ID_BYTES as usize];
         match &options.serial {
@@ -204,13 +223,45 @@ impl Block {
         self.sectors
     }
 
-    fn config_space(&self) -> [u8; 24] {
-        let mut c = [0u8; 24];
+    fn config_space(&self) -> [u8; CONFIG_NUM_QUEUES + 2] {
+        let mut c = [0u8; CONFIG_NUM_QUEUES + 2];
         c[0..8].copy_from_slice(&self.sectors.to_le_bytes());
         let (size_max, seg_max) = segment_limits(self.options.queue_size);
         c[8..12].copy_from_slice(&size_max.to_le_bytes());
         c[12..16].copy_from_slice(&seg_max.to_le_bytes());
+        // Read by the driver only with VIRTIO_BLK_F_MQ.
+        c[CONFIG_NUM_QUEUES..].copy_from_slice(&self.options.num_queues.to_le_bytes());
         c
+    }
+
+    /// One data path per ready queue, each with its own copy of what it
+    /// needs. Queues the driver left out (fewer than offered) get none.
+    fn servers(
+        &self,
+        mem: GuestMemoryMmap,
+        interrupt: Arc<dyn VirtioInterrupt>,
+        queues: Vec<ActiveQueue>,
+    ) -> Result<Vec<Box<dyn EventHandler>>, ActivateError> {
+        if !queues.iter().any(|q| q.index == 0) {
+            return Err(ActivateError::MissingQueue(0));
+        }
+        Ok(queues
+            .into_iter()
+            .map(|active| {
+                Box::new(Server {
+                    mem: mem.clone(),
+                    interrupt: interrupt.clone(),
+                    // Below MAX_QUEUES: checked by the transport's layout.
+                    index: active.index as u16,
+                    queue: active.queue,
+                    queue_evt: active.event,
+                    image: self.image.clone(),
+                    serial: self.serial,
+                    metrics: self.metrics.clone(),
+                    bounce: vec![0u8; CHUNK + ALIGN],
+                }) as Box<dyn EventHandler>
+            })
+            .collect())
     }
 }
 
@@ -220,7 +271,11 @@ impl VirtioDevice for Block {
     }
 
     fn queue_max_sizes(&self) -> Vec<u16> {
-        vec![self.options.queue_size]
+        vec![self.options.queue_size; usize::from(self.options.num_queues)]
+    }
+
+    fn worker_count(&self) -> usize {
+        usize::from(self.options.num_queues)
     }
 
     fn features(&self) -> u64 {
@@ -230,6 +285,9 @@ impl VirtioDevice for Block {
             | (1u64 << VIRTIO_BLK_F_SIZE_MAX);
         if self.options.readonly {
             f |= 1u64 << VIRTIO_BLK_F_RO;
+        }
+        if self.options.num_queues > 1 {
+            f |= 1u64 << VIRTIO_BLK_F_MQ;
         }
         f
     }
@@ -254,17 +312,22 @@ impl VirtioDevice for Block {
         interrupt: Arc<dyn VirtioInterrupt>,
         queues: Vec<ActiveQueue>,
     ) -> Result<Box<dyn EventHandler>, ActivateError> {
-        let [active] = take_queues(queues, [0])?;
-        Ok(Box::new(Server {
-            mem,
-            interrupt,
-            queue: active.queue,
-            queue_evt: active.event,
-            image: self.image.clone(),
-            serial: self.serial,
-            metrics: self.metrics.clone(),
-            bounce: vec![0u8; CHUNK + ALIGN],
-        }))
+        let mut servers = self.servers(mem, interrupt, queues)?;
+        match servers.pop() {
+            Some(server) if servers.is_empty() => Ok(server),
+            _ => Err(ActivateError::Invalid(
+                "several queues need one device thread each (activate_workers)".into(),
+            )),
+        }
+    }
+
+    fn activate_workers(
+        &mut self,
+        mem: GuestMemoryMmap,
+        interrupt: Arc<dyn VirtioInterrupt>,
+        queues: Vec<ActiveQueue>,
+    ) -> Result<Vec<Box<dyn EventHandler>>, ActivateError> {
+        self.servers(mem, interrupt, queues)
     }
 
     fn counters(&self) -> Arc<dyn DeviceCounters> {
@@ -287,6 +350,8 @@ enum Failure {
 struct Server {
     mem: GuestMemoryMmap,
     interrupt: Arc<dyn VirtioInterrupt>,
+    /// Which queue this thread serves (its interrupt vector).
+    index: u16,
     queue: Queue,
     queue_evt: EventFd,
     image: Arc<Image>,
@@ -343,7 +408,10 @@ impl Server {
             }
         }
         if done > 0 && self.queue.needs_notification(&self.mem).unwrap_or(true) {
-            if let Err(e) = self.interrupt.trigger(VirtioInterruptType::Queue(0)) {
+            if let Err(e) = self
+                .interrupt
+                .trigger(VirtioInterruptType::Queue(self.index))
+            {
                 warn!("block: raising the queue interrupt: {e}");
             }
         }

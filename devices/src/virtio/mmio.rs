@@ -34,7 +34,7 @@ use super::{
     status, ActiveQueue, GuestMemoryMmap, VirtioDevice, VirtioInterrupt, VirtioInterruptType,
     VIRTIO_F_VERSION_1,
 };
-use crate::event_loop::LoopHandle;
+use crate::event_loop::{EventHandler, LoopHandle};
 use crate::{BusDevice, IrqTrigger};
 
 /// How long a driver's reset (a vCPU thread) waits for the device thread
@@ -216,10 +216,14 @@ enum Misuse {
 /// A virtio-mmio (version 2) window in front of one [`VirtioDevice`].
 pub struct MmioTransport {
     device: Arc<Mutex<dyn VirtioDevice>>,
-    event_loop: LoopHandle,
-    /// A reset the device thread has not carried out yet: Status reads
-    /// non-zero and the driver cannot start again until it has.
-    reset_pending: Option<u64>,
+    /// The device's threads: the loop given to [`MmioTransport::new`],
+    /// then its [`LoopHandle::workers`] (a multiqueue device). Activation
+    /// hands data path `i` to thread `i`; a reset waits for all.
+    event_loops: Vec<LoopHandle>,
+    /// Resets the device threads have not carried out yet (loop index,
+    /// ticket): Status reads non-zero and the driver cannot start again
+    /// until they have.
+    reset_pending: Vec<(usize, u64)>,
     /// Resets that took longer than [`RESET_WAIT`].
     slow_resets: u64,
     mem: GuestMemoryMmap,
@@ -267,8 +271,10 @@ impl MmioTransport {
         event_loop.drain_on_reset(notifiers)?;
         let mut transport = Self {
             device,
-            event_loop,
-            reset_pending: None,
+            event_loops: std::iter::once(event_loop.clone())
+                .chain(event_loop.workers().iter().cloned())
+                .collect(),
+            reset_pending: Vec::new(),
             slow_resets: 0,
             mem,
             interrupt: Arc::new(MmioInterrupt::new(irq)),
@@ -347,13 +353,10 @@ impl MmioTransport {
 
     /// Whether a reset is still being carried out by the device thread.
     fn reset_in_progress(&mut self) -> bool {
-        match self.reset_pending {
-            Some(ticket) if !self.event_loop.reset_done(ticket) => true,
-            _ => {
-                self.reset_pending = None;
-                false
-            }
-        }
+        let loops = &self.event_loops;
+        self.reset_pending
+            .retain(|&(i, ticket)| !loops[i].reset_done(ticket));
+        !self.reset_pending.is_empty()
     }
 
     fn misuse(&mut self, kind: Misuse, msg: std::fmt::Arguments<'_>) {
@@ -394,10 +397,24 @@ impl MmioTransport {
         lock(&self.device).reset();
         // The data path is dropped on its own thread; wait a bounded time
         // so a driver that does not poll Status still finds it stopped.
-        let ticket = self.event_loop.reset();
-        if !self.event_loop.wait_reset(ticket, RESET_WAIT) {
+        let tickets: Vec<(usize, u64)> = self
+            .event_loops
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (i, l.reset()))
+            .collect();
+        // One bound for all threads: they drop their data paths in parallel.
+        let deadline = std::time::Instant::now() + RESET_WAIT;
+        let mut slow = false;
+        for (i, ticket) in tickets {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if !self.event_loops[i].wait_reset(ticket, left) {
+                slow = true;
+                self.reset_pending.push((i, ticket));
+            }
+        }
+        if slow {
             self.slow_resets += 1;
-            self.reset_pending = Some(ticket);
         }
         let max_sizes = lock(&self.device).queue_max_sizes();
         if self.build_queues(&max_sizes).is_err() {
@@ -565,13 +582,9 @@ impl MmioTransport {
         let result = match error {
             Some(e) => Err(e),
             None => lock(&self.device)
-                .activate(self.mem.clone(), interrupt.clone(), active)
+                .activate_workers(self.mem.clone(), interrupt.clone(), active)
                 .map_err(|e| e.to_string())
-                .and_then(|handler| {
-                    self.event_loop
-                        .activate(handler)
-                        .map_err(|e| format!("starting the data path: {e}"))
-                }),
+                .and_then(|handlers| self.start_workers(handlers)),
         };
         match result {
             Ok(()) => self.activated = true,
@@ -581,6 +594,24 @@ impl MmioTransport {
                 let _ = interrupt.trigger(VirtioInterruptType::Config);
             }
         }
+    }
+
+    /// Hands data path `i` to device thread `i`. A device that returns
+    /// more data paths than it has threads is a bug: nothing starts.
+    fn start_workers(&self, handlers: Vec<Box<dyn EventHandler>>) -> Result<(), String> {
+        if handlers.is_empty() || handlers.len() > self.event_loops.len() {
+            return Err(format!(
+                "{} data paths for {} device threads",
+                handlers.len(),
+                self.event_loops.len()
+            ));
+        }
+        for (i, (handler, event_loop)) in handlers.into_iter().zip(&self.event_loops).enumerate() {
+            event_loop
+                .activate(handler)
+                .map_err(|e| format!("starting data path {i}: {e}"))?;
+        }
+        Ok(())
     }
 
     /// Queue registers may only be written between FEATURES_OK and
@@ -683,7 +714,7 @@ impl MmioTransport {
             REG_INTERRUPT_STATUS => self.interrupt.status(),
             REG_STATUS if self.reset_in_progress() => status::DEVICE_NEEDS_RESET,
             // The device thread could not take the data path.
-            REG_STATUS if self.activated && self.event_loop.failed() => {
+            REG_STATUS if self.activated && self.event_loops.iter().any(LoopHandle::failed) => {
                 self.status | status::DEVICE_NEEDS_RESET
             }
             REG_STATUS => self.status,

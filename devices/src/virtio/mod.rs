@@ -158,6 +158,26 @@ pub trait VirtioDevice: Send {
         queues: Vec<ActiveQueue>,
     ) -> Result<Box<dyn EventHandler>, ActivateError>;
 
+    /// How many device threads serve the device: one per queue (or queue
+    /// pair) for a multiqueue device, so no lock is shared on the I/O path.
+    /// Fixed when the device is created; the VMM starts that many
+    /// [`DeviceLoop`](crate::event_loop::DeviceLoop)s.
+    fn worker_count(&self) -> usize {
+        1
+    }
+
+    /// [`VirtioDevice::activate`] for a device with several device
+    /// threads: one data path per thread (at most
+    /// [`VirtioDevice::worker_count`]), the `i`-th run by thread `i`.
+    fn activate_workers(
+        &mut self,
+        mem: GuestMemoryMmap,
+        interrupt: Arc<dyn VirtioInterrupt>,
+        queues: Vec<ActiveQueue>,
+    ) -> Result<Vec<Box<dyn EventHandler>>, ActivateError> {
+        self.activate(mem, interrupt, queues).map(|h| vec![h])
+    }
+
     /// The driver wrote 0 to the status register: return the device's own
     /// state to before negotiation. The transport resets the data path
     /// (on the device thread) separately.
@@ -205,6 +225,7 @@ pub fn thread_name(device_type: u32) -> &'static str {
         console::VIRTIO_ID_CONSOLE => "virtio-console",
         rng::VIRTIO_ID_RNG => "virtio-rng",
         5 => "balloon",
+        24 => "virtio-mem",
         _ => "virtio-device",
     }
 }

@@ -1,4 +1,13 @@
-//! virtio-net (virtio 1.2 section 5.1) over a TAP, one RX/TX queue pair.
+//! virtio-net (virtio 1.2 section 5.1) over a TAP, one RX/TX queue pair
+//! or, multiqueue, one per descriptor of an `IFF_MULTI_QUEUE` TAP.
+//!
+//! Multiqueue (`VIRTIO_NET_F_MQ` with `VIRTIO_NET_F_CTRL_VQ`, offered when
+//! the NIC has more than one pair): pair `i` is queues `2i`/`2i+1` and TAP
+//! descriptor `i`, served by device thread `i` with nothing shared but
+//! atomic counters; the control queue (index `2 x pairs`) is served on
+//! thread 0 (see [`ctrl`]). Until the driver sends `VQ_PAIRS_SET`, and
+//! when it did not negotiate MQ, only pair 0 is used: the other TAP
+//! descriptors are detached so the kernel steers no flow to them.
 //!
 //! Features: `VIRTIO_F_VERSION_1`, `VIRTIO_NET_F_MAC` (and `_MTU` when an
 //! MTU is configured); no offloads, so every frame is a plain Ethernet
@@ -24,16 +33,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use log::{info, warn};
-use virtio_bindings::virtio_net::{VIRTIO_NET_F_MAC, VIRTIO_NET_F_MTU, VIRTIO_NET_S_LINK_UP};
+use virtio_bindings::virtio_net::{
+    VIRTIO_NET_F_CTRL_VQ, VIRTIO_NET_F_MAC, VIRTIO_NET_F_MQ, VIRTIO_NET_F_MTU, VIRTIO_NET_S_LINK_UP,
+};
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 
 use super::chain::ChainBuffers;
 use super::fault::{guest_fault, ignored_config_write};
-use super::tap::VNET_HDR_LEN;
+use super::tap::{TapQueues, VNET_HDR_LEN};
 use super::{
-    take_queues, ActivateError, ActiveQueue, DeviceCounters, GuestMemoryMmap, Queue, QueueT,
-    VirtioDevice, VirtioInterrupt, VirtioInterruptType, VIRTIO_F_VERSION_1,
+    ActivateError, ActiveQueue, DeviceCounters, GuestMemoryMmap, Queue, QueueT, VirtioDevice,
+    VirtioInterrupt, VirtioInterruptType, VIRTIO_F_VERSION_1,
 };
 use crate::event_loop::{EventHandler, LoopContext};
 
@@ -52,6 +63,11 @@ const TX_QUEUE: usize = 1;
 const RX_TOKEN: u64 = 0;
 const TX_TOKEN: u64 = 1;
 const TAP_TOKEN: u64 = 2;
+const CTRL_TOKEN: u64 = 3;
+/// Most queue pairs a NIC may have (`num_queues` up to 128).
+pub const MAX_QUEUE_PAIRS: usize = 64;
+
+mod ctrl;
 
 /// What the device has done, for `vm.counters`.
 #[derive(Debug, Default)]
@@ -76,6 +92,11 @@ pub struct NetMetrics {
     pub rx_no_buffers: AtomicU64,
     /// Guest writes to the configuration space, ignored.
     pub config_writes: AtomicU64,
+    /// Control queue commands (multiqueue only).
+    pub ctrl_commands: AtomicU64,
+    /// Control commands answered `VIRTIO_NET_ERR`: unsupported, or a pair
+    /// count outside 1..=pairs.
+    pub ctrl_refused: AtomicU64,
 }
 
 impl DeviceCounters for NetMetrics {
@@ -92,6 +113,8 @@ impl DeviceCounters for NetMetrics {
             ("tap_errors", l(&self.tap_errors)),
             ("rx_no_buffers", l(&self.rx_no_buffers)),
             ("config_writes", l(&self.config_writes)),
+            ("ctrl_commands", l(&self.ctrl_commands)),
+            ("ctrl_refused", l(&self.ctrl_refused)),
         ])
     }
 }
@@ -110,8 +133,12 @@ pub struct NetOptions {
 /// The network device.
 pub struct Net {
     options: NetOptions,
-    /// Shared with the data path (frames go through `&File`).
-    tap: Arc<File>,
+    /// One descriptor per queue pair, shared with the data paths (frames
+    /// go through `&File`).
+    taps: Arc<TapQueues>,
+    /// What the driver accepted; None until FEATURES_OK (and after a
+    /// reset), when the queue layout is the largest one.
+    acked: Option<u64>,
     metrics: Arc<NetMetrics>,
 }
 
@@ -119,10 +146,39 @@ impl Net {
     /// A NIC over `tap`: a non-blocking descriptor with one frame (behind a
     /// [`VNET_HDR_LEN`]-byte header) per read or write.
     pub fn new(tap: File, options: NetOptions) -> Self {
+        Self::with_queues(TapQueues::new(vec![tap], false), options)
+    }
+
+    /// A multiqueue NIC: one queue pair per descriptor of `taps` (at
+    /// most [`MAX_QUEUE_PAIRS`]; callers check).
+    pub fn with_queues(taps: TapQueues, options: NetOptions) -> Self {
         Self {
             options,
-            tap: Arc::new(tap),
+            taps: Arc::new(taps),
+            acked: None,
             metrics: Arc::new(NetMetrics::default()),
+        }
+    }
+
+    fn pairs(&self) -> usize {
+        self.taps.len().max(1)
+    }
+
+    /// Whether the negotiated layout is multiqueue with a control queue.
+    fn multiqueue(features: u64) -> bool {
+        let need = (1u64 << VIRTIO_NET_F_MQ) | (1u64 << VIRTIO_NET_F_CTRL_VQ);
+        features & need == need
+    }
+
+    /// Queue count and the control queue's index, for `features`.
+    fn layout(&self, features: u64) -> (usize, Option<usize>) {
+        if Self::multiqueue(features) {
+            let n = 2 * self.pairs();
+            (n + 1, Some(n))
+        } else if features & (1u64 << VIRTIO_NET_F_CTRL_VQ) != 0 {
+            (3, Some(2))
+        } else {
+            (2, None)
         }
     }
 
@@ -136,8 +192,8 @@ impl Net {
         c[..6].copy_from_slice(&self.options.mac);
         // status (read only with VIRTIO_NET_F_STATUS, not offered): link up.
         c[6..8].copy_from_slice(&(VIRTIO_NET_S_LINK_UP as u16).to_le_bytes());
-        // max_virtqueue_pairs (meaningful only with MQ): one pair.
-        c[8..10].copy_from_slice(&1u16.to_le_bytes());
+        // max_virtqueue_pairs (meaningful only with MQ); at most 64.
+        c[8..10].copy_from_slice(&(self.pairs() as u16).to_le_bytes());
         c[10..12].copy_from_slice(&self.options.mtu.unwrap_or(0).to_le_bytes());
         c
     }
@@ -149,7 +205,13 @@ impl VirtioDevice for Net {
     }
 
     fn queue_max_sizes(&self) -> Vec<u16> {
-        vec![self.options.queue_size; 2]
+        // Before negotiation: the largest layout (it sizes the eventfds).
+        let (n, _) = self.layout(self.acked.unwrap_or_else(|| self.features()));
+        vec![self.options.queue_size; n]
+    }
+
+    fn worker_count(&self) -> usize {
+        self.pairs()
     }
 
     fn features(&self) -> u64 {
@@ -157,7 +219,18 @@ impl VirtioDevice for Net {
         if self.options.mtu.is_some() {
             f |= 1u64 << VIRTIO_NET_F_MTU;
         }
+        if self.pairs() > 1 {
+            f |= (1u64 << VIRTIO_NET_F_CTRL_VQ) | (1u64 << VIRTIO_NET_F_MQ);
+        }
         f
+    }
+
+    fn ack_features(&mut self, features: u64) {
+        self.acked = Some(features);
+    }
+
+    fn reset(&mut self) {
+        self.acked = None;
     }
 
     fn read_config(&self, offset: u64, data: &mut [u8]) {
@@ -180,15 +253,22 @@ impl VirtioDevice for Net {
         interrupt: Arc<dyn VirtioInterrupt>,
         queues: Vec<ActiveQueue>,
     ) -> Result<Box<dyn EventHandler>, ActivateError> {
-        let [rx, tx] = take_queues(queues, [RX_QUEUE, TX_QUEUE])?;
-        Ok(Box::new(Server::new(
-            mem,
-            interrupt,
-            rx,
-            tx,
-            self.tap.clone(),
-            self.metrics.clone(),
-        )))
+        let mut servers = self.servers(mem, interrupt, queues)?;
+        match servers.pop() {
+            Some(server) if servers.is_empty() => Ok(server),
+            _ => Err(ActivateError::Invalid(
+                "several queue pairs need one device thread each (activate_workers)".into(),
+            )),
+        }
+    }
+
+    fn activate_workers(
+        &mut self,
+        mem: GuestMemoryMmap,
+        interrupt: Arc<dyn VirtioInterrupt>,
+        queues: Vec<ActiveQueue>,
+    ) -> Result<Vec<Box<dyn EventHandler>>, ActivateError> {
+        self.servers(mem, interrupt, queues)
     }
 
     fn counters(&self) -> Arc<dyn DeviceCounters> {
@@ -196,10 +276,90 @@ impl VirtioDevice for Net {
     }
 }
 
-/// The device thread's state.
+impl Net {
+    /// One data path per queue pair the driver set up (pair 0 required,
+    /// a pair needs both its queues), the control queue with pair 0.
+    fn servers(
+        &self,
+        mem: GuestMemoryMmap,
+        interrupt: Arc<dyn VirtioInterrupt>,
+        queues: Vec<ActiveQueue>,
+    ) -> Result<Vec<Box<dyn EventHandler>>, ActivateError> {
+        let features = self.acked.unwrap_or(0);
+        let (count, ctrl_index) = self.layout(features);
+        let mut by_index: Vec<Option<ActiveQueue>> = (0..count).map(|_| None).collect();
+        for q in queues {
+            let i = q.index;
+            match by_index.get_mut(i) {
+                Some(slot) => *slot = Some(q),
+                None => {
+                    return Err(ActivateError::Invalid(format!(
+                        "queue {i} is outside the negotiated layout of {count}"
+                    )))
+                }
+            }
+        }
+        let mut ctrl = ctrl_index
+            .and_then(|i| by_index[i].take())
+            .map(|q| ctrl::CtrlQueue {
+                // Below 2 x 64 + 1.
+                index: q.index as u16,
+                queue: q.queue,
+                evt: q.event,
+                taps: self.taps.clone(),
+                mq: Self::multiqueue(features),
+                metrics: self.metrics.clone(),
+            });
+        let pairs = if Self::multiqueue(features) {
+            self.pairs()
+        } else {
+            1
+        };
+        let mut servers: Vec<Box<dyn EventHandler>> = Vec::new();
+        for pair in 0..pairs {
+            let rx = by_index[2 * pair].take();
+            let tx = by_index[2 * pair + 1].take();
+            let (rx, tx) = match (rx, tx) {
+                (Some(rx), Some(tx)) => (rx, tx),
+                (None, None) if pair > 0 => continue,
+                (None, _) => return Err(ActivateError::MissingQueue(2 * pair)),
+                (_, None) => return Err(ActivateError::MissingQueue(2 * pair + 1)),
+            };
+            let tap = self
+                .taps
+                .file(pair)
+                .ok_or_else(|| ActivateError::Invalid(format!("no TAP queue for pair {pair}")))?;
+            let mut server = Server::new(
+                mem.clone(),
+                interrupt.clone(),
+                rx,
+                tx,
+                tap,
+                self.metrics.clone(),
+            );
+            // Below MAX_QUEUE_PAIRS.
+            server.pair = pair as u16;
+            if pair == 0 {
+                server.ctrl = ctrl.take();
+                server.taps = Some(self.taps.clone());
+            }
+            servers.push(Box::new(server));
+        }
+        Ok(servers)
+    }
+}
+
+/// A queue pair's device thread state.
 struct Server {
     mem: GuestMemoryMmap,
     interrupt: Arc<dyn VirtioInterrupt>,
+    /// Which pair: its queues are `2 x pair` and `2 x pair + 1`.
+    pair: u16,
+    /// The control queue (pair 0 of a multiqueue NIC).
+    ctrl: Option<ctrl::CtrlQueue>,
+    /// Every pair's TAP descriptor (pair 0): only the first is attached
+    /// until the driver asks for more.
+    taps: Option<Arc<TapQueues>>,
     rx: Queue,
     rx_evt: EventFd,
     tx: Queue,
@@ -209,23 +369,40 @@ struct Server {
     /// A frame read from the TAP and not yet delivered, and its length.
     rx_frame: Vec<u8>,
     rx_pending: Option<usize>,
-    /// Whether the TAP is in the epoll set.
+    /// Whether the TAP is in the epoll set with EPOLLIN.
     tap_armed: bool,
+    /// Whether the TAP is in the epoll set at all: a TAP deleted on the
+    /// host polls as an error forever, so it is taken out until the next
+    /// RX notification.
+    tap_registered: bool,
     tx_frame: Vec<u8>,
 }
 
 impl EventHandler for Server {
     fn watch(&self) -> Vec<(RawFd, u64)> {
         // The TAP starts armed (tap_armed).
-        vec![
+        let mut w = vec![
             (self.rx_evt.as_raw_fd(), RX_TOKEN),
             (self.tx_evt.as_raw_fd(), TX_TOKEN),
             (self.tap.as_raw_fd(), TAP_TOKEN),
-        ]
+        ];
+        if let Some(c) = &self.ctrl {
+            w.push((c.evt.as_raw_fd(), CTRL_TOKEN));
+        }
+        w
     }
 
     fn start(&mut self, ctx: &mut LoopContext<'_>) {
+        // Section 5.1.6.5.5: one pair until VQ_PAIRS_SET.
+        if let Some(taps) = &self.taps {
+            if let Err(e) = taps.enable(1) {
+                self.tap_error("detaching the unused queues of", &e);
+            }
+        }
         let epoll = ctx.epoll();
+        if let Some(c) = &mut self.ctrl {
+            c.process(&self.mem, &*self.interrupt);
+        }
         self.process_tx();
         self.process_rx(epoll);
     }
@@ -242,6 +419,12 @@ impl EventHandler for Server {
                 self.process_tx();
             }
             TAP_TOKEN => self.process_rx(epoll),
+            CTRL_TOKEN => {
+                if let Some(c) = &mut self.ctrl {
+                    let _ = c.evt.read();
+                    c.process(&self.mem, &*self.interrupt);
+                }
+            }
             _ => {}
         }
     }
@@ -264,6 +447,9 @@ impl Server {
         Self {
             mem,
             interrupt,
+            pair: 0,
+            ctrl: None,
+            taps: None,
             rx: rx.queue,
             rx_evt: rx.event,
             tx: tx.queue,
@@ -273,6 +459,7 @@ impl Server {
             rx_frame: vec![0u8; MAX_PACKET],
             rx_pending: None,
             tap_armed: true,
+            tap_registered: true,
             tx_frame: vec![0u8; MAX_PACKET],
         }
     }
@@ -291,9 +478,41 @@ impl Server {
         }
     }
 
+    /// Takes the TAP out of the epoll set: it reads EBADFD.
+    fn unregister_tap(&mut self, epoll: &Epoll) {
+        if !self.tap_registered {
+            return;
+        }
+        match epoll.ctl(
+            ControlOperation::Delete,
+            self.tap.as_raw_fd(),
+            EpollEvent::default(),
+        ) {
+            Ok(()) => {
+                self.tap_registered = false;
+                self.tap_armed = false;
+            }
+            Err(e) => warn!("net: removing a detached TAP queue from epoll: {e}"),
+        }
+    }
+
     /// Adds or removes the TAP from the epoll set.
     fn arm_tap(&mut self, epoll: &Epoll, armed: bool) {
-        if self.tap_armed == armed {
+        if armed && !self.tap_registered {
+            match epoll.ctl(
+                ControlOperation::Add,
+                self.tap.as_raw_fd(),
+                EpollEvent::new(EventSet::IN, TAP_TOKEN),
+            ) {
+                Ok(()) => {
+                    self.tap_registered = true;
+                    self.tap_armed = true;
+                }
+                Err(e) => warn!("net: putting a TAP queue back in epoll: {e}"),
+            }
+            return;
+        }
+        if self.tap_armed == armed || !self.tap_registered {
             return;
         }
         let events = if armed {
@@ -318,8 +537,8 @@ impl Server {
             &mut self.tx
         };
         if q.needs_notification(&self.mem).unwrap_or(true) {
-            // queue is 0 or 1.
-            let index = queue as u16;
+            // queue is 0 or 1, pair below MAX_QUEUE_PAIRS.
+            let index = 2 * self.pair + queue as u16;
             if let Err(e) = self.interrupt.trigger(VirtioInterruptType::Queue(index)) {
                 warn!("net: raising the queue interrupt: {e}");
             }
@@ -347,6 +566,13 @@ impl Server {
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    // The TAP went away under us (deleted on the host):
+                    // it polls as an error forever, so stop watching it
+                    // until the next RX notification.
+                    Err(e) if e.raw_os_error() == Some(libc::EBADFD) => {
+                        self.unregister_tap(epoll);
+                        break;
+                    }
                     Err(e) => {
                         self.tap_error("reading", &e);
                         break;

@@ -8,6 +8,10 @@
 //! offload features can take. The host side of the link is configured as
 //! Cloud Hypervisor does it: address, netmask, MAC, MTU and `IFF_UP`
 //! through ioctls on an `AF_INET` socket.
+//!
+//! A multiqueue NIC opens the TAP once per queue pair with
+//! `IFF_MULTI_QUEUE` (the kernel spreads flows over the attached
+//! descriptors); [`TapQueues`] attaches only the pairs the driver uses.
 
 use std::ffi::CStr;
 use std::fs::{File, OpenOptions};
@@ -15,6 +19,7 @@ use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
+use std::sync::{Arc, Mutex};
 
 /// Size of the virtio-net header on the TAP (virtio 1.x `virtio_net_hdr`
 /// with `num_buffers`).
@@ -81,7 +86,26 @@ impl Tap {
     /// Opens TAP `name`, creating it if it does not exist (a missing name
     /// lets the kernel pick `vmtapN`). The file is non-blocking.
     pub fn open(name: Option<&str>) -> io::Result<Self> {
-        let name = name.unwrap_or(DEFAULT_NAME);
+        Self::open_with(name.unwrap_or(DEFAULT_NAME), 0)
+    }
+
+    /// Opens TAP `name` (created if missing, `vmtapN` when None) with
+    /// `queues` descriptors (`IFF_MULTI_QUEUE` when more than one): the
+    /// TAP for the first and the files of the others, in queue order.
+    pub fn open_queues(name: Option<&str>, queues: usize) -> io::Result<(Self, Vec<File>)> {
+        if queues <= 1 {
+            return Ok((Self::open(name)?, Vec::new()));
+        }
+        let multi = libc::IFF_MULTI_QUEUE;
+        let first = Self::open_with(name.unwrap_or(DEFAULT_NAME), multi)?;
+        // The others by the name the kernel gave the first.
+        let others = (1..queues)
+            .map(|_| Self::open_with(&first.name, multi).map(Self::into_file))
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok((first, others))
+    }
+
+    fn open_with(name: &str, extra_flags: libc::c_int) -> io::Result<Self> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -89,7 +113,8 @@ impl Tap {
             .open("/dev/net/tun")
             .map_err(|e| io::Error::new(e.kind(), format!("opening /dev/net/tun: {e}")))?;
         let mut ifr = ifreq_for(name)?;
-        ifr.ifr_ifru.ifru_flags = (libc::IFF_TAP | libc::IFF_NO_PI | libc::IFF_VNET_HDR) as _;
+        ifr.ifr_ifru.ifru_flags =
+            (libc::IFF_TAP | libc::IFF_NO_PI | libc::IFF_VNET_HDR | extra_flags) as _;
         // SAFETY: TUNSETIFF takes a pointer to an ifreq, which lives across the call.
         unsafe { ioctl(file.as_raw_fd(), libc::TUNSETIFF as _, &mut ifr as *mut _) }
             .map_err(|e| with_context(e, "TUNSETIFF", name))?;
@@ -188,9 +213,131 @@ impl Tap {
     }
 }
 
+/// The descriptors of a (multiqueue) TAP, one per queue pair, and which
+/// of them the kernel may steer frames to. Only the NIC's control path
+/// changes it (`VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET`), never the I/O path.
+#[derive(Debug)]
+pub struct TapQueues {
+    files: Vec<Arc<File>>,
+    /// Whether `TUNSETQUEUE` applies (a TAP opened with `IFF_MULTI_QUEUE`).
+    multi_queue: bool,
+    attached: Mutex<Vec<bool>>,
+}
+
+impl TapQueues {
+    /// `files` in queue order, all attached (as `TUNSETIFF` leaves them).
+    /// Without `multi_queue` the attachment is only recorded (a plain TAP
+    /// or a test double).
+    pub fn new(files: Vec<File>, multi_queue: bool) -> Self {
+        let n = files.len();
+        Self {
+            files: files.into_iter().map(Arc::new).collect(),
+            multi_queue,
+            attached: Mutex::new(vec![true; n]),
+        }
+    }
+
+    /// How many descriptors (queue pairs) there are.
+    pub fn len(&self) -> usize {
+        self.files.len()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    /// Queue `i`'s descriptor.
+    pub fn file(&self, i: usize) -> Option<Arc<File>> {
+        self.files.get(i).cloned()
+    }
+
+    /// How many queues are attached.
+    pub fn attached(&self) -> usize {
+        let a = self.attached.lock().unwrap_or_else(|p| p.into_inner());
+        a.iter().filter(|&&x| x).count()
+    }
+
+    /// Attaches queues `0..n` and detaches the others, so the kernel
+    /// steers frames only to pairs the guest serves.
+    pub fn enable(&self, n: usize) -> io::Result<()> {
+        let mut attached = self.attached.lock().unwrap_or_else(|p| p.into_inner());
+        // Attach first: a TAP must keep one queue attached.
+        let order = (0..self.files.len()).map(|i| (i, i < n));
+        let (on, off): (Vec<_>, Vec<_>) = order.partition(|&(_, want)| want);
+        for (i, want) in on.into_iter().chain(off) {
+            if attached[i] == want {
+                continue;
+            }
+            if self.multi_queue {
+                set_queue(&self.files[i], want)?;
+            }
+            attached[i] = want;
+        }
+        Ok(())
+    }
+}
+
+/// `TUNSETQUEUE`: attach or detach one descriptor of a multiqueue TAP.
+fn set_queue(file: &File, attach: bool) -> io::Result<()> {
+    // SAFETY: ifreq is plain old data; all-zero is valid (the name is
+    // ignored by TUNSETQUEUE).
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    ifr.ifr_ifru.ifru_flags = if attach {
+        libc::IFF_ATTACH_QUEUE
+    } else {
+        libc::IFF_DETACH_QUEUE
+    } as _;
+    // SAFETY: TUNSETQUEUE takes a pointer to an ifreq, live across the call.
+    unsafe { ioctl(file.as_raw_fd(), libc::TUNSETQUEUE as _, &mut ifr as *mut _) }.map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!(
+                "TUNSETQUEUE {}: {e}",
+                if attach { "attach" } else { "detach" }
+            ),
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn queue_enable_keeps_the_first_attached_and_records_state() {
+        let files = (0..4)
+            .map(|_| File::open("/dev/null").unwrap())
+            .collect::<Vec<_>>();
+        let q = TapQueues::new(files, false);
+        assert_eq!((q.len(), q.attached()), (4, 4));
+        q.enable(1).unwrap();
+        assert_eq!(q.attached(), 1);
+        q.enable(3).unwrap();
+        assert_eq!(q.attached(), 3);
+        q.enable(3).unwrap();
+        assert_eq!(q.attached(), 3);
+        assert!(q.file(3).is_some() && q.file(4).is_none());
+    }
+
+    /// Needs CAP_NET_ADMIN: `cargo test -p devices -- --ignored multi_queue_tap`.
+    #[test]
+    #[ignore]
+    fn multi_queue_tap_attaches_and_detaches() {
+        let (tap, others) = Tap::open_queues(Some("chmq%d"), 3).expect("TUNSETIFF");
+        let mut files = vec![tap.into_file()];
+        files.extend(others);
+        let q = TapQueues::new(files, true);
+        q.enable(1).unwrap();
+        q.enable(3).unwrap();
+        q.enable(2).unwrap();
+        assert_eq!(q.attached(), 2);
+        // A detached queue is quiet: the kernel steers nothing to it.
+        for i in 0..3 {
+            let e = std::io::Read::read(&mut &*q.file(i).unwrap(), &mut [0u8; 64]).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        }
+    }
 
     #[test]
     fn interface_names_are_checked() {

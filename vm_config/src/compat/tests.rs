@@ -67,9 +67,9 @@ fn values_we_do_not_do_name_field_and_value() {
         ),
         ("/cpus/nested", false.into(), "cpus.nested=false"),
         (
-            "/memory/hotplug_method",
-            "VirtioMem".into(),
-            "memory.hotplug_method=\"VirtioMem\"",
+            "/memory/hotplugged_size",
+            (1u64 << 30).into(),
+            "memory.hotplugged_size=1073741824",
         ),
         ("/console/pci_segment", 2.into(), "console.pci_segment=2"),
         (

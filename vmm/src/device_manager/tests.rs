@@ -114,3 +114,41 @@ fn a_paused_vm_has_quiet_devices_and_resume_delivers_the_work() {
     assert_eq!(r(&bus, base + 0x60) & 1, 1, "used-buffer interrupt status");
     assert!(handler_calls(&dm) >= 1);
 }
+
+#[test]
+fn multiqueue_devices_need_virtio_pci_and_pause_with_all_their_threads() {
+    use devices::virtio::{Block, DiskOptions};
+    let Ok(kvm) = Kvm::new() else {
+        eprintln!("NOT RUN: /dev/kvm cannot be opened here");
+        return;
+    };
+    let vm_fd = Arc::new(kvm.create_vm().unwrap());
+    vm_fd.create_irq_chip().unwrap();
+    let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM)]).unwrap();
+    let img = vmm_sys_util::tempfile::TempFile::new().unwrap();
+    img.as_file().set_len(0x10000).unwrap();
+    let block = || {
+        let b = Block::new(DiskOptions {
+            path: img.as_path().to_path_buf(),
+            readonly: false,
+            direct: false,
+            serial: None,
+            queue_size: 16,
+            num_queues: 2,
+        })
+        .unwrap();
+        Arc::new(Mutex::new(b))
+    };
+    let mut dm = DeviceManager::default();
+    let e = dm
+        .attach_virtio(&vm_fd, &mem, "_disk0".into(), block())
+        .expect_err("a 2-queue disk on virtio-mmio");
+    assert!(e.to_string().contains("--virtio-transport pci"), "{e}");
+    dm.enable_pci(vm_fd.clone()).unwrap();
+    dm.attach_virtio(&vm_fd, &mem, "_disk0".into(), block())
+        .unwrap();
+    assert_eq!(dm.virtio[0].workers.len(), 1, "one thread per queue");
+    dm.pause().unwrap();
+    assert!(dm.virtio[0].threads().all(|t| t.handle().is_paused()));
+    dm.resume().unwrap();
+}

@@ -243,7 +243,9 @@ const fn kvm_iow(nr: u64, size: usize) -> u64 {
 /// The ioctls a vCPU thread issues on its vCPU fd: KVM_RUN, KVM_NMI, and
 /// KVM_GET_REGS/KVM_GET_SREGS for the triple-fault report; plus, on the VM
 /// fd, KVM_SET_GSI_ROUTING: a guest's MSI-X table write (an exit into a
-/// virtio-pci BAR) routes the vector's GSI before the vCPU returns.
+/// virtio-pci BAR) routes the vector's GSI before the vCPU returns; and
+/// KVM_IOEVENTFD: a guest moving a hot-plugged function's BAR (Linux
+/// assigns those itself) moves its queue notifications with it.
 fn vcpu_ioctls() -> Vec<u64> {
     vec![
         0xAE80,                                                              // KVM_RUN
@@ -251,6 +253,7 @@ fn vcpu_ioctls() -> Vec<u64> {
         kvm_ior(0x81, std::mem::size_of::<kvm_bindings::kvm_regs>()),        // KVM_GET_REGS
         kvm_ior(0x83, std::mem::size_of::<kvm_bindings::kvm_sregs>()),       // KVM_GET_SREGS
         kvm_iow(0x6a, std::mem::size_of::<kvm_bindings::kvm_irq_routing>()), // KVM_SET_GSI_ROUTING
+        kvm_iow(0x79, std::mem::size_of::<kvm_bindings::kvm_ioeventfd>()),   // KVM_IOEVENTFD
     ]
 }
 
@@ -282,8 +285,9 @@ fn arg_rules(kind: ThreadKind) -> Result<Vec<(i64, Vec<SeccompRule>)>, seccompil
         }
         Vcpu => rules.push((SYS_ioctl, arg_is_one_of(1, &vcpu_ioctls())?)),
         // A multiqueue NIC attaches and detaches its TAP queues when the
-        // guest changes how many pairs it uses (VQ_PAIRS_SET).
-        Net => rules.push((SYS_ioctl, arg_is_one_of(1, &[libc::TUNSETQUEUE as u64])?)),
+        // guest changes how many pairs it uses (VQ_PAIRS_SET); its filter
+        // stacks on the spawner's, which must allow that too.
+        Net | Spawner => rules.push((SYS_ioctl, arg_is_one_of(1, &[libc::TUNSETQUEUE])?)),
         _ => {}
     }
     // fcntl: the VMM's VM_BUILD group has it whole; everyone else gets
@@ -305,7 +309,9 @@ fn arg_rules(kind: ThreadKind) -> Result<Vec<(i64, Vec<SeccompRule>)>, seccompil
     Ok(rules)
 }
 
-pub(super) fn rules_for(kind: ThreadKind) -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::Error> {
+pub(super) fn rules_for(
+    kind: ThreadKind,
+) -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::Error> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = COMMON
         .iter()
         .chain(groups(kind))

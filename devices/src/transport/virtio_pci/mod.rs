@@ -320,4 +320,6 @@ impl BusDevice for VirtioPciDevice {
 }
 
 #[cfg(test)]
+mod multiqueue_tests;
+#[cfg(test)]
 mod tests;

@@ -43,6 +43,7 @@ fn options(t: &TempFile, readonly: bool) -> DiskOptions {
         direct: false,
         serial: Some("tb-serial".into()),
         queue_size: 16,
+        num_queues: 1,
     }
 }
 
@@ -51,6 +52,7 @@ fn server(m: &Gm, vq: &MockSplitQueue<Gm>, t: &TempFile, readonly: bool) -> Serv
     Server {
         mem: m.clone(),
         interrupt: Arc::new(NoopInterrupt),
+        index: 0,
         queue: vq.create_queue().expect("queue"),
         queue_evt: EventFd::new(libc::EFD_NONBLOCK).unwrap(),
         image: Arc::new(open_image(&o).unwrap()),
@@ -589,6 +591,7 @@ mod fuzz {
         let mut s = Server {
             mem: m.clone(),
             interrupt: Arc::new(NoopInterrupt),
+            index: 0,
             queue: load(&m, 0, img),
             queue_evt: EventFd::new(libc::EFD_NONBLOCK).unwrap(),
             image: Arc::new(open_image(&o).unwrap()),
@@ -689,4 +692,31 @@ fn reset_under_a_full_queue_waits_for_one_batch_at_most() {
         "reset waited {waited:?} with {requests} x 3.75 MiB reads queued; {done} were served"
     );
     assert!(waited < std::time::Duration::from_secs(2), "{waited:?}");
+}
+
+#[test]
+fn queue_count_is_bounded_and_mq_offered_only_with_several() {
+    let t = image();
+    for bad in [0, MAX_QUEUES + 1] {
+        let e = Block::new(DiskOptions {
+            num_queues: bad,
+            ..options(&t, false)
+        })
+        .err()
+        .expect("bad queue count accepted");
+        assert!(e.to_string().contains("num_queues"), "{e}");
+    }
+    let one = Block::new(options(&t, false)).unwrap();
+    assert_eq!(one.features() & (1 << VIRTIO_BLK_F_MQ), 0);
+    assert_eq!((one.queue_max_sizes().len(), one.worker_count()), (1, 1));
+    let four = Block::new(DiskOptions {
+        num_queues: 4,
+        ..options(&t, false)
+    })
+    .unwrap();
+    assert_ne!(four.features() & (1 << VIRTIO_BLK_F_MQ), 0);
+    assert_eq!((four.queue_max_sizes().len(), four.worker_count()), (4, 4));
+    let mut n = [0u8; 2];
+    four.read_config(34, &mut n);
+    assert_eq!(u16::from_le_bytes(n), 4);
 }

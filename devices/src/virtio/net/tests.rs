@@ -424,3 +424,5 @@ mod fuzz {
         }
     }
 }
+
+mod multiqueue;

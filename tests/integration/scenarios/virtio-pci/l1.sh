@@ -7,10 +7,14 @@
 # IDs, virtio_pci binds them, the vectors are PCI-MSI(X) interrupts that
 # fire, the disk reads its markers and a 1 MiB pattern written, flushed and
 # read back after a cache drop has the right checksum, the NIC pings the
-# host end of its TAP, /dev/hwrng gives bytes.
+# host end of its TAP, /dev/hwrng gives bytes. Multiqueue: the disk has 2
+# queues and the NIC 2 pairs (one per vCPU), so the guest sees 2 blk-mq
+# hardware queues and rx-0/rx-1, tx-0/tx-1.
 # Host side: the double balloon inflates on both tiers through vm.resize
 # and the guest's driver agrees page for page; device ids in vm.counters
 # are those of virtio-mmio runs and each device interrupted the guest; the
+# guest set the NIC's queue pairs through the control queue
+# (VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET, none refused); the
 # pattern reached the disk file; the VMM exits 0.
 # shellcheck source=../../lib/common.sh
 . "$TB_LIB/common.sh"
@@ -40,8 +44,8 @@ tb_vmm_start --virtio-transport pci \
     --numa 'guest_numa_id=0,cpus=[0-1],distances=[1@25],memory_zones=fmem' \
     'guest_numa_id=1,distances=[0@25],memory_zones=smem' \
     --balloon 'size=[0,0],statistics=on,heterogeneous_memory=on' \
-    --disk "path=$DISK" \
-    --net 'tap=,ip=192.168.20.10,mask=255.255.255.0,mac=12:34:56:78:9a:bc' \
+    --disk "path=$DISK,num_queues=2" \
+    --net 'tap=,ip=192.168.20.10,mask=255.255.255.0,mac=12:34:56:78:9a:bc,num_queues=4' \
     --api-socket "path=$TB_API_SOCK" --serial tty --console off
 
 if tb_vmm_wait_line '@@VPCI READY' 200; then
@@ -76,6 +80,9 @@ if tb_vmm_wait_line '@@VPCI READY' 200; then
         irqs=$(echo "$counters" | sed -n "s/.*\"$id\":{[^}]*\"irq_signals\":\([0-9]*\).*/\1/p")
         tb_check_ge "counters-$id-irq-signals" "${irqs:-0}" 1
     done
+    net_counter() { echo "$counters" | sed -n "s/.*\"_net1\":{[^}]*\"$1\":\([0-9]*\).*/\1/p"; }
+    tb_check_ge counters-net-ctrl-commands "$(net_counter ctrl_commands)" 1
+    tb_check_eq counters-net-ctrl-refused 0 "$(net_counter ctrl_refused)"
     tb_vmm_send quit
 else
     tb_vmm_diag "$TB_OUT/vmm-diag.txt"

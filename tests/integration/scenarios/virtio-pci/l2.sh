@@ -54,6 +54,10 @@ tb_check nic-with-configured-mac test -n "$nic"
 ip link set "$nic" up && ip addr add 192.168.20.2/24 dev "$nic"
 tb_check ping-host-tap ping -c 3 -w 60 -q 192.168.20.10
 
+# --- multiqueue (2 vCPUs: disk num_queues=2, NIC num_queues=4) ---------
+tb_check_eq blk-mq-hw-queues 2 "$(ls "/sys/block/$disk/mq" 2>/dev/null | wc -l)"
+tb_check_eq net-queues "rx-0 rx-1 tx-0 tx-1" "$(ls "/sys/class/net/$nic/queues" 2>/dev/null | tr '\n' ' ' | sed 's/ $//')"
+
 # --- interrupts ---------------------------------------------------------
 # Every virtio vector is an MSI-X interrupt ("PCI-MSIX-<bdf>" or "PCI-MSI"
 # by kernel version) and the data queues' vectors fired.

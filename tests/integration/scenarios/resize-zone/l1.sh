@@ -1,0 +1,246 @@
+# shellcheck shell=sh
+# resize-zone: virtio-mem per memory zone end to end. The stock guest's
+# virtio_mem driver grows and shrinks SMem (the memory-only node) and FMem
+# by vm.resize-zone (ch-remote resize-zone) in steps; at each step the
+# guest's /sys/devices/system/node/nodeN/meminfo shows the node change by
+# what was asked (and the other node not), and the VMM's numa_maps show
+# every page of a zone's mappings (its hotplug region included) on the
+# zone's host node. At one step the SMem balloon holds memory of the zone
+# while it shrinks. Bad requests (beyond hotplug_size, below the boot size,
+# an unknown zone) are refused. VM 1 on virtio-mmio (the default), VM 2 on
+# virtio-pci.
+# shellcheck source=../../lib/common.sh
+. "$TB_LIB/common.sh"
+# shellcheck source=../../lib/l1.sh
+. "$TB_LIB/l1.sh"
+tb_begin l1
+
+MIB=1048576
+[ -x "$TB_VMM" ] || tb_skip "no VMM binary at $TB_VMM"
+[ -x "$TB_CH_REMOTE" ] || tb_skip "no ch-remote binary at $TB_CH_REMOTE"
+[ "$(tb_node_count)" -ge 2 ] || tb_skip "the host has fewer than two NUMA nodes"
+trap 'tb_vmm_stop' EXIT
+
+abs() { if [ "$1" -lt 0 ]; then echo $((-$1)); else echo "$1"; fi; }
+near() { # NAME EXPECTED_KB GOT_KB TOLERANCE_KB
+    if [ "$(abs $(($3 - $2)))" -le "$4" ]; then
+        tb_pass "$1" "expected ${2} kB, got ${3} kB"
+    else
+        tb_fail "$1" "expected ${2} kB +- ${4}, got ${3} kB"
+    fi
+}
+
+# counter ZONE KEY: a counter of the zone's virtio-mem device (vm.counters)
+counter() {
+    tb_chr counters >"$TB_OUT/.counters.json" 2>/dev/null
+    tb_json_value "$TB_OUT/.counters.json" "__virtio_mem_$1.$2"
+}
+plugged_is() { [ "$(counter "$1" plugged_size)" = "$2" ] || ! tb_vmm_alive; }
+
+# gm TAG: the guest's node figures; sets T0 T1 (MemTotal kB), F0 F1, BS, C1
+gm() {
+    if ! _l=$(tb_vmm_ask "m $1" "@@RZ M $1 "); then
+        tb_fail "measure-$1" "no answer from the guest"
+        T0=0 T1=0 F0=0 F1=0 BS=0 C1=?
+        return 1
+    fi
+    for _k in t0 t1 f0 f1 bs c1; do
+        _v=$(echo "$_l" | sed -n "s/.* $_k=\([^ ]*\).*/\1/p")
+        eval "$(echo "$_k" | tr a-z A-Z)=\$_v"
+    done
+    tb_log "guest $1: MemTotal node0 ${T0} kB node1 ${T1} kB, free ${F0} / ${F1} kB, SMem balloon ${BS} pages"
+}
+
+# resize NAME ZONE TOTAL_MIB PLUGGED_MIB: resize-zone, then wait (bounded)
+# until the guest has plugged what is asked.
+resize() {
+    _t0=$(tb_now_ms)
+    if ! tb_chr resize-zone --id "$2" --size "$3M" >"$TB_OUT/$1.out" 2>&1; then
+        tb_fail "$1-accepted" "$(head -c 200 "$TB_OUT/$1.out")"
+        return 1
+    fi
+    if tb_wait_until 240 plugged_is "$2" $(($4 * MIB)) && tb_vmm_alive; then
+        tb_fact "${1}_ms" "$(($(tb_now_ms) - _t0))"
+        tb_pass "$1-plugged" "$2 plugged $4 MiB after $(($(tb_now_ms) - _t0)) ms"
+        return 0
+    fi
+    tb_fail "$1-plugged" "$2 plugged $(counter "$2" plugged_size) bytes, asked $4 MiB (240 s)"
+    return 1
+}
+
+refused() { # NAME ZONE SIZE WHY
+    if tb_chr resize-zone --id "$2" --size "$3" >"$TB_OUT/$1.out" 2>&1; then
+        tb_fail "$1" "accepted"
+    elif grep -q "$4" "$TB_OUT/$1.out"; then
+        tb_pass "$1" "$(tr '\n' ' ' <"$TB_OUT/$1.out" | head -c 200)"
+    else
+        tb_fail "$1" "refused without saying '$4': $(head -c 200 "$TB_OUT/$1.out")"
+    fi
+}
+
+# Host side. region_pages SIZE POLICY NODE: pages on NODE of the mappings
+# of SIZE bytes with POLICY (bind:N). misplaced: pages of bound mappings
+# that are not on their node.
+region_pages() {
+    tb_numa_maps_summary "$TB_VMM_PID" | awk -v s="$1" -v p="$2" -v n="N$3=" '
+        $2 == s && $3 == p { for (i = 4; i <= NF; i++) if (index($i, n) == 1) t += substr($i, length(n) + 1) }
+        END { print t + 0 }'
+}
+misplaced() {
+    tb_numa_maps_summary "$TB_VMM_PID" | awk '
+        $3 ~ /^bind:/ { b = "N" substr($3, 6)
+            for (i = 4; i <= NF; i++) { split($i, kv, "="); if (kv[1] != b) t += kv[2] } }
+        END { print t + 0 }'
+}
+host_check() { # TAG
+    tb_numa_maps_summary "$TB_VMM_PID" >"$TB_OUT/numa-maps-$1.txt"
+    tb_check_eq "$1-host-pages-on-their-zones-node" 0 "$(misplaced)"
+}
+
+boot_vm() { # NAME then extra VMM args
+    _name=$1
+    shift
+    rm -f "$TB_API_SOCK"
+    tb_vmm_start "$@" --kernel "$TB_L2_KERNEL" --initramfs "$TB_L2_INITRD" \
+        --cmdline "console=ttyS0 reboot=k panic=-1 tb.run=resize-zone tb.timeout=880" \
+        --cpus boot=2 --memory size=0,hotplug_method=virtio-mem \
+        --numa 'guest_numa_id=0,cpus=[0-1],distances=[1@25],memory_zones=fmem' \
+        'guest_numa_id=1,distances=[0@25],memory_zones=smem' \
+        --balloon 'size=[0,0],statistics=on,heterogeneous_memory=on' \
+        --api-socket "path=$TB_API_SOCK" --serial tty --console off
+    if tb_vmm_wait_line '@@RZ READY' 200; then
+        tb_pass "$_name-guest-ready" "$(($(tb_now_ms) - TB_VMM_START_MS)) ms after VMM start"
+        return 0
+    fi
+    tb_vmm_diag "$TB_OUT/vmm-diag-$_name.txt"
+    tb_fail "$_name-guest-ready" "serial tail: $(tail -n 5 "$TB_VMM_SERIAL" | tr -d '\r' | tr '\n' '|')"
+    return 1
+}
+
+end_vm() { # NAME
+    tb_vmm_send quit
+    tb_vmm_wait_exit 60
+    tb_check_eq "$1-vmm-exit-0" 0 "$TB_VMM_RC"
+    tb_check_eq "$1-guest-checks" PASS "$(tb_l2_json | sed -n 's/.*"result":"\([A-Z]*\)".*/\1/p')"
+    cp "$TB_VMM_SERIAL" "$TB_OUT/serial-$1.log" 2>/dev/null
+    cp "$TB_VMM_STDERR" "$TB_OUT/vmm-$1.stderr" 2>/dev/null
+}
+
+SMEM_REGION=$((384 * MIB))
+# ------------------------------------------------------------- VM 1 --
+if boot_vm mmio \
+    --memory-zone id=fmem,size=512M,host_numa_node=0,hotplug_size=256M \
+    id=smem,size=512M,host_numa_node=1,shared=on,hotplug_size=384M; then
+    gm a
+    t0=$T0 t1=$T1
+    tb_check_eq a-smem-memory-only none "$C1"
+    tb_check_eq a-nothing-plugged "0 0" "$(counter fmem plugged_size) $(counter smem plugged_size)"
+
+    # SMem +256 MiB.
+    resize b-smem-grow-256 smem 768 256
+    gm b
+    near b-node1-grows-256MiB $((t1 + 256 * 1024)) "$T1" $((12 * 1024))
+    near b-node0-unchanged "$t0" "$T0" $((4 * 1024))
+    tb_check_eq b-smem-memory-only none "$C1"
+    host_check b
+
+    # The guest's movable allocations on node 1 land in plugged memory:
+    # the SMem region's host pages appear, on host node 1 only.
+    tb_vmm_send "touch 1:448"
+    tb_vmm_wait_line '@@RZ TOUCHED 1:448' 120 || tb_fail c-touch "the guest did not touch node 1"
+    pages=$(region_pages "$SMEM_REGION" bind:1 1)
+    tb_fact smem_region_pages_n1 "$pages"
+    tb_check_ge c-smem-region-host-pages-on-node1 "$pages" 16384
+    tb_check_eq c-smem-region-host-pages-on-node0 0 "$(region_pages "$SMEM_REGION" bind:1 0)"
+    host_check c
+
+    # FMem +128 MiB.
+    resize d-fmem-grow-128 fmem 640 128
+    gm d
+    near d-node0-grows-128MiB $((t0 + 128 * 1024)) "$T0" $((12 * 1024))
+    near d-node1-unchanged $((t1 + 256 * 1024)) "$T1" $((12 * 1024))
+    host_check d
+
+    # The SMem balloon takes 128 MiB of the zone, then the zone shrinks by
+    # 128 MiB under it: both hold.
+    if tb_chr resize --balloon '[0,128M]' >"$TB_OUT/e-balloon.out" 2>&1 &&
+        tb_wait_until 180 tb_balloon_actual_is 0 $((128 * MIB)); then
+        tb_pass e-balloon-smem-128MiB "$(tb_balloon_field smem actual)"
+    else
+        tb_fail e-balloon-smem-128MiB "$(head -c 200 "$TB_OUT/e-balloon.out") actual $(tb_balloon_field smem actual)"
+    fi
+    gm e0
+    f1=$F1 e0=$T1
+    # The balloon (without deflate_on_oom) already took its pages out of
+    # the node's MemTotal; the unplug takes 128 MiB more.
+    near e-balloon-lowers-node1-total $((t1 + 128 * 1024)) "$e0" $((12 * 1024))
+    resize e-smem-shrink-128-under-balloon smem 640 128
+    gm e1
+    near e-node1-total-falls-128MiB $((e0 - 128 * 1024)) "$T1" $((12 * 1024))
+    tb_check_eq e-balloon-still-held 32768 "$BS"
+    tb_chr balloon-stats >"$TB_OUT/e-balloon-stats.json" 2>&1
+    tb_check_eq e-stats-smem-plugged $((128 * MIB)) "$(tb_balloon_field smem hotplug_plugged)"
+    tb_check_eq e-stats-smem-requested $((128 * MIB)) "$(tb_balloon_field smem hotplug_requested)"
+    tb_check_eq e-stats-smem-balloon $((128 * MIB)) "$(tb_balloon_field smem actual)"
+    tb_check_eq e-stats-fmem-plugged $((128 * MIB)) "$(tb_balloon_field fmem hotplug_plugged)"
+    info=$(tb_chr info | tr -d ' \n')
+    tb_check_eq e-info-memory-actual-size $(((1024 + 128 + 128 - 128) * MIB)) \
+        "$(echo "$info" | sed -n 's/.*"memory_actual_size":\([0-9]*\).*/\1/p')"
+    tb_log "node 1 free before/after the shrink: $f1 / $F1 kB"
+    host_check e
+    if tb_chr resize --balloon '[0,0]' >/dev/null 2>&1 && tb_wait_until 180 tb_balloon_actual_is 0 0; then
+        tb_pass e-balloon-deflated ok
+    else
+        tb_fail e-balloon-deflated "actual $(tb_balloon_field smem actual)"
+    fi
+
+    # Bad requests change nothing.
+    refused f-beyond-hotplug-size smem 1024M exceed
+    refused f-below-boot-size smem 256M less
+    refused f-unknown-zone nosuchzone 1G "no memory zone"
+    tb_check_eq f-smem-still-asked $((128 * MIB)) "$(counter smem requested_size)"
+
+    # Back to the boot sizes: everything unplugged, the memfd region's
+    # host memory given back.
+    resize g-smem-shrink-all smem 512 0
+    resize g-fmem-shrink-all fmem 512 0
+    gm g
+    near g-node0-back "$t0" "$T0" $((12 * 1024))
+    near g-node1-back "$t1" "$T1" $((12 * 1024))
+    tb_check_eq g-smem-memory-only none "$C1"
+    tb_check_le g-smem-region-released "$(region_pages "$SMEM_REGION" bind:1 1)" 256
+    host_check g
+    tb_chr counters >"$TB_OUT/counters.json" 2>&1
+    for k in bad_alignment bad_range bad_state bad_type bad_descriptors release_errors; do
+        tb_check_eq "g-smem-no-$k" 0 "$(counter smem $k)"
+    done
+    tb_check vmm-alive tb_vmm_alive
+    end_vm mmio
+else
+    tb_vmm_stop
+fi
+
+# ------------------------------------------------------------- VM 2 --
+if boot_vm pci --virtio-transport pci \
+    --memory-zone id=fmem,size=512M,host_numa_node=0,hotplug_size=128M \
+    id=smem,size=512M,host_numa_node=1,shared=on,hotplug_size=256M,hotplugged_size=128M; then
+    # hotplugged_size=128M: plugged by the guest's driver at probe.
+    tb_wait_until 120 plugged_is smem $((128 * MIB))
+    tb_check_eq p-boot-plugged $((128 * MIB)) "$(counter smem plugged_size)"
+    gm p0
+    p0=$T1
+    resize p-smem-grow smem 768 256
+    gm p1
+    near p-node1-grows-128MiB $((p0 + 128 * 1024)) "$T1" $((12 * 1024))
+    resize p-smem-shrink smem 512 0
+    gm p2
+    near p-node1-falls-256MiB $((p0 - 128 * 1024)) "$T1" $((12 * 1024))
+    resize p-fmem-grow fmem 640 128
+    gm p3
+    tb_check_eq p-smem-memory-only none "$C1"
+    host_check p
+    end_vm pci
+else
+    tb_vmm_stop
+fi
+tb_finish
