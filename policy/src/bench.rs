@@ -45,10 +45,25 @@ fn run(
     warmup_s: u64,
     fmem_all: bool,
 ) -> Result<SimResult, String> {
-    let cfg = SimConfig {
-        warmup_s,
-        ..Default::default()
-    };
+    run_with(
+        SimConfig {
+            warmup_s,
+            ..Default::default()
+        },
+        policy,
+        trace,
+        seconds,
+        fmem_all,
+    )
+}
+
+fn run_with(
+    cfg: SimConfig,
+    policy: Option<&mut dyn Policy>,
+    trace: LoadTrace,
+    seconds: u64,
+    fmem_all: bool,
+) -> Result<SimResult, String> {
     let mut sim = Simulator::new(cfg, paper_scenario(trace)).map_err(|e| e.to_string())?;
     if fmem_all {
         sim.set_shares(&[28, 1, 1, 1, 1]);
@@ -64,6 +79,8 @@ fn summary(r: &SimResult) -> Value {
         "max_total_units": r.max_total_units,
         "max_slice_units": r.max_slice_units,
         "mean_lc_share_units": r.lc_share.iter().sum::<u64>() as f64 / r.lc_share.len().max(1) as f64,
+        "decisions": r.decisions,
+        "early_decisions": r.early_decisions,
     })
 }
 
@@ -211,6 +228,20 @@ pub fn bench(model: Option<&Path>) -> Result<Value, String> {
         row.insert("lc_max_load".into(), json!(max_load(Some(name), model)?));
         per.insert(name.into(), Value::Object(row));
     }
+    // mtat deciding only every interval (no early decision on a
+    // violation), on the same Fig. 7 trace: what the reaction adds.
+    let mut p = make_policy("mtat", model, 1 << 30)?;
+    let interval_only = run_with(
+        SimConfig {
+            warmup_s: 20,
+            react_to_violations: false,
+            ..Default::default()
+        },
+        Some(p.as_mut()),
+        LoadTrace::Fig7 { step_s: 20 },
+        540,
+        false,
+    )?;
     let fmem_all = max_load(None, model)?;
     let get = |p: &str, k: &str, f: &str| per[p][k][f].as_f64().unwrap_or(f64::NAN);
     let mut ratios = serde_json::Map::new();
@@ -249,6 +280,7 @@ pub fn bench(model: Option<&Path>) -> Result<Value, String> {
             "paper_table4_memtis": {"load_20": 0.0, "load_50": 0.116, "load_80": 0.99},
         },
         "policies": per,
+        "mtat_interval_only": {"fig7": summary(&interval_only)},
         "lc_max_load_fmem_all": fmem_all,
         "lc_max_load_vs_fmem_all": lc_rel,
         "mtat_vs_hotness": ratios,

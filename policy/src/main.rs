@@ -72,6 +72,9 @@ enum Cmd {
         /// SAC model for mtat.
         #[arg(long)]
         model: Option<PathBuf>,
+        /// Decide only every interval, never early on an SLO violation.
+        #[arg(long)]
+        interval_only: bool,
     },
     /// Compare every policy in simulation (one JSON line; scripts/bench.sh mtat).
     Bench {
@@ -217,7 +220,13 @@ fn status(
     Ok(())
 }
 
-fn sim(policy: &str, trace: &str, seconds: u64, model: Option<PathBuf>) -> Result<(), String> {
+fn sim(
+    policy: &str,
+    trace: &str,
+    seconds: u64,
+    model: Option<PathBuf>,
+    interval_only: bool,
+) -> Result<(), String> {
     let trace = match trace {
         "fig7" => LoadTrace::Fig7 { step_s: 20 },
         x => LoadTrace::Constant(
@@ -228,11 +237,15 @@ fn sim(policy: &str, trace: &str, seconds: u64, model: Option<PathBuf>) -> Resul
         ),
     };
     let mut p = make_policy(policy, model.as_deref(), 1 << 30)?;
-    let mut s =
-        Simulator::new(SimConfig::default(), paper_scenario(trace)).map_err(|e| e.to_string())?;
+    let cfg = SimConfig {
+        react_to_violations: !interval_only,
+        ..Default::default()
+    };
+    let mut s = Simulator::new(cfg, paper_scenario(trace)).map_err(|e| e.to_string())?;
     let r = s.run(Some(p.as_mut()), seconds);
     let out = serde_json::json!({
         "policy": policy, "seconds": seconds, "slo_violation_rate": r.violation_rate(),
+        "decisions": r.decisions, "early_decisions": r.early_decisions,
         "be_fairness_min_np": r.be_fairness, "be_throughput": r.be_throughput,
         "max_total_units": r.max_total_units, "max_slice_units": r.max_slice_units,
         "lc_share_units": r.lc_share, "lc_load": r.lc_load,
@@ -260,7 +273,8 @@ fn main() -> ExitCode {
             trace,
             seconds,
             model,
-        } => sim(&policy, &trace, seconds, model),
+            interval_only,
+        } => sim(&policy, &trace, seconds, model, interval_only),
         Cmd::Bench { model, check } => bench(model.as_deref()).and_then(|v| {
             println!("{v}");
             let bad = if check {

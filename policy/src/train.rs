@@ -20,7 +20,7 @@ pub struct EpisodeReport {
     pub mean_lc_share: f64,
 }
 
-/// A random load trace for one episode: constant, Fig. 7, or a random
+/// A random load trace for one episode: constant, Fig. 7 (once), or a random
 /// walk of steps of at most ±20 % (Fig. 7's step size) held 60–300 s.
 ///
 /// The state cannot foresee a rise in load, so the actor keeps as much
@@ -32,9 +32,16 @@ pub struct EpisodeReport {
 pub fn random_trace(rng: &mut SmallRng) -> LoadTrace {
     match rng.random_range(0..3) {
         0 => LoadTrace::Constant(rng.random_range(0.1..1.0)),
-        1 => LoadTrace::Fig7 {
-            step_s: rng.random_range(20..60),
-        },
+        1 => {
+            // Fig. 7 once, then its last level.
+            let step_s = rng.random_range(20..60);
+            let mut steps: Vec<(u64, f64)> = [0.2, 0.4, 0.6, 0.8, 1.0, 0.8, 0.6, 0.4, 0.2]
+                .iter()
+                .map(|&l| (step_s, l))
+                .collect();
+            steps.push((600, 0.2));
+            LoadTrace::Steps(steps)
+        }
         _ => {
             let mut load: f64 = rng.random_range(0.1..1.0);
             let mut steps = Vec::with_capacity(8);
@@ -57,7 +64,13 @@ pub fn pretrain(
     mut progress: impl FnMut(&EpisodeReport),
 ) -> Result<Mtat, SacError> {
     let mut rng = SmallRng::seed_from_u64(seed);
-    let sim_cfg = SimConfig::default();
+    // Decisions at the regular interval only: the agent learns what one
+    // interval's action is worth; the daemon's early decision on a
+    // violation is layered on top (docs/policy.md).
+    let sim_cfg = SimConfig {
+        react_to_violations: false,
+        ..Default::default()
+    };
     let mut policy = Mtat::new(MtatConfig {
         unit_bytes: sim_cfg.unit_bytes,
         explore: true,

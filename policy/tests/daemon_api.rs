@@ -156,6 +156,7 @@ fn start_vmm_guest(
                                 guest_total: None,
                                 guest_free: None,
                                 guest_used: None,
+                                ..Default::default()
                             },
                             BalloonTierStats {
                                 tier: "smem".into(),
@@ -165,6 +166,7 @@ fn start_vmm_guest(
                                 guest_total: None,
                                 guest_free: None,
                                 guest_used: None,
+                                ..Default::default()
                             },
                         ];
                         Ok(ApiResponse::BalloonStats(Box::new(BalloonStatsResponse {
@@ -219,6 +221,14 @@ fn log_lines(dir: &Path) -> Vec<serde_json::Value> {
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
+
+/// Replaces `path` as a load generator should (tb-kvload does): a reader
+/// never sees a half-written file.
+fn write_atomically(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
 
 fn sock(dir: &Path, n: &str) -> PathBuf {
     dir.join("socks").join(format!("{n}.sock"))
@@ -678,7 +688,7 @@ fn profile_sweep_walks_the_fmem_balloon_and_restores_it() {
                 .unwrap()
                 .as_secs_f64();
             let value = if k == 3 { 50 } else { 100 + k };
-            std::fs::write(&path, format!("{value} {now}\n")).unwrap();
+            write_atomically(&path, &format!("{value} {now}\n"));
             k += 1;
             std::thread::sleep(std::time::Duration::from_millis(60));
         }
@@ -701,4 +711,89 @@ fn profile_sweep_walks_the_fmem_balloon_and_restores_it() {
     writer.join().unwrap();
     v.shutdown();
     assert!(sweep(&Vmm::new(&dir.path().join("none.sock")), &tput, &s).is_err());
+}
+
+static STOP_RUN: AtomicBool = AtomicBool::new(false);
+
+#[test]
+fn an_lc_violation_brings_the_next_decision_forward() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("socks")).unwrap();
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let vmms = vec![
+        start_vmm(
+            "lc",
+            &sock(dir.path(), "lc"),
+            4 * GIB,
+            2 * GIB,
+            true,
+            ledger.clone(),
+        ),
+        start_vmm(
+            "be",
+            &sock(dir.path(), "be"),
+            4 * GIB,
+            2 * GIB,
+            true,
+            ledger.clone(),
+        ),
+    ];
+    let p99 = dir.path().join("lc.p99");
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    std::fs::write(&p99, format!("5 {}\n", now())).unwrap();
+    // A minute's interval: within this test, only a violation decides.
+    let mut cfg = config(
+        dir.path(),
+        "4G",
+        &format!(
+            "[[vm]]\nname = \"lc\"\nclass = \"lc\"\nslo_ms = 20\nlatency_file = \"{}\"\n",
+            p99.display()
+        ),
+    );
+    cfg.interval_s = 60.0;
+    let daemon = std::thread::spawn(move || {
+        let mut d = Daemon::new(cfg, Box::new(StaticSplit), &STOP_RUN).unwrap();
+        d.run();
+    });
+    let decisions = || {
+        std::fs::read_to_string(dir.path().join("state/decisions.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e["event"] == "decision")
+            .collect::<Vec<_>>()
+    };
+    // A load generator's 0.5 s windows: three within the SLO, then over.
+    let start = Instant::now();
+    let mut first_violation = None;
+    let mut k = 0;
+    while decisions().is_empty() && start.elapsed().as_secs() < 30 {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        k += 1;
+        let v = if k <= 3 { 5 } else { 50 };
+        if v > 20 && first_violation.is_none() {
+            first_violation = Some(Instant::now());
+        }
+        write_atomically(&p99, &format!("{v} {}\n", now()));
+    }
+    STOP_RUN.store(true, Ordering::SeqCst);
+    daemon.join().unwrap();
+    let d = decisions();
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0]["early"], "lc");
+    let after = first_violation.unwrap().elapsed().as_secs_f64();
+    assert!(
+        after < 10.0,
+        "the early decision came {after} s after the violation"
+    );
+    let st = tier_policy::daemon::read_status(&dir.path().join("state")).unwrap();
+    assert_eq!((st.decisions, st.early_decisions), (1, 1));
+    for v in vmms {
+        v.shutdown();
+    }
 }

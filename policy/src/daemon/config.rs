@@ -14,6 +14,7 @@
 //! metrics_listen = "127.0.0.1:9464"
 //! resize_timeout_s = 30    # a slice not done by then is abandoned
 //! stall_s = 3              # a donor's balloon still this long: stalled
+//! react_to_violations = true   # an LC window over the SLO decides early
 //!
 //! [[vm]]
 //! name = "redis"
@@ -80,6 +81,8 @@ struct HostFile {
     resize_timeout_s: Option<f64>,
     #[serde(default)]
     stall_s: Option<f64>,
+    #[serde(default)]
+    react_to_violations: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -176,6 +179,10 @@ pub struct Config {
     /// How long a donor's balloon may stand still, short of its target,
     /// before the daemon calls it stalled (its guest cannot free FMem now).
     pub stall_s: f64,
+    /// Bring the next decision forward when an LC VM's latency window,
+    /// begun after the last plan was applied, is over its SLO
+    /// (`daemon::react`).
+    pub react_to_violations: bool,
     /// Configured VMs.
     pub vms: Vec<VmConfig>,
 }
@@ -373,6 +380,7 @@ impl Config {
             metrics_listen: f.host.metrics_listen,
             resize_timeout_s,
             stall_s,
+            react_to_violations: f.host.react_to_violations.unwrap_or(true),
             vms,
         })
     }
@@ -413,6 +421,13 @@ name = "gups"
         assert_eq!(c.p_max_bytes, 1 << 30);
         assert_eq!(c.policy, "mtat");
         assert_eq!(c.stall_s, 3.0);
+        assert!(c.react_to_violations);
+        let off = GOOD.replace("[host]", "[host]\nreact_to_violations = false");
+        assert!(
+            !Config::parse(&off, Path::new("/"))
+                .unwrap()
+                .react_to_violations
+        );
     }
 
     #[test]

@@ -42,6 +42,10 @@ pub struct Status {
     pub committed_bytes: u64,
     /// Decisions made.
     pub decisions: u64,
+    /// Of the decisions, those brought forward by an LC VM's SLO
+    /// violation (`daemon::react`).
+    #[serde(default)]
+    pub early_decisions: u64,
     /// Decisions refused or failed (policy error, plan error).
     pub decision_errors: u64,
     /// Slices that timed out (replanned next interval).
@@ -102,6 +106,12 @@ pub fn render(s: &Status) -> String {
         "counter",
         "Decisions made",
         one(s.decisions as f64),
+    );
+    g(
+        "early_decisions_total",
+        "counter",
+        "Decisions brought forward by an LC VM's latency window over its SLO",
+        one(s.early_decisions as f64),
     );
     g(
         "decision_errors_total",
@@ -251,6 +261,7 @@ mod tests {
             policy: "mtat".into(),
             budget_bytes: 10,
             decisions: 3,
+            early_decisions: 1,
             stalled_donors: 2,
             ..Default::default()
         };
@@ -276,6 +287,7 @@ mod tests {
         let t = render(&s);
         assert!(t.contains("tier_policy_decisions_total 3\n"));
         assert!(t.contains("tier_policy_stalled_donors_total 2\n"));
+        assert!(t.contains("tier_policy_early_decisions_total 1\n"));
         assert!(
             t.contains("tier_policy_vm_fmem_share_bytes{vm=\"re\\\"dis\",class=\"lc\"} 4\n"),
             "{t}"

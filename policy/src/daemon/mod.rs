@@ -6,6 +6,7 @@
 pub mod config;
 pub mod metrics;
 pub mod profile;
+pub mod react;
 pub mod signals;
 pub mod stall;
 pub mod vmm;
@@ -25,13 +26,18 @@ use crate::policies::{decide_checked, Policy};
 use crate::sim::thread_cpu_s;
 use config::{Config, VmConfig};
 use metrics::{SharedStatus, VmStatus};
-use signals::{read_latency, AccessCounters};
+use react::WindowClock;
+use signals::{read_latency_sample, AccessCounters};
 use stall::ReleaseFloors;
 use vmm::{Vmm, VmmSample};
 
 /// How often a slice's progress is polled: the API has no completion
 /// event for a balloon reaching its target, so this is a bounded poll.
 const RESIZE_POLL: Duration = Duration::from_millis(100);
+
+/// How often LC latency sources are read between decisions
+/// (`react_to_violations`).
+const REACT_POLL: Duration = Duration::from_secs(1);
 
 struct Tracked {
     cfg: VmConfig,
@@ -57,6 +63,11 @@ pub struct Daemon {
     reserved: BTreeMap<String, u64>,
     /// Donors whose guest could not free FMem lately.
     floors: ReleaseFloors,
+    /// When the last decision's plan ended (applied, abandoned or
+    /// refused), unix seconds.
+    plan_done: f64,
+    /// Each LC VM's latency windows.
+    clocks: BTreeMap<String, WindowClock>,
 }
 
 /// How a wait for balloons to reach their targets ended.
@@ -114,6 +125,8 @@ impl Daemon {
             stop,
             reserved: BTreeMap::new(),
             floors: ReleaseFloors::default(),
+            plan_done: 0.0,
+            clocks: BTreeMap::new(),
         })
     }
 
@@ -255,6 +268,7 @@ impl Daemon {
         let mut views = Vec::new();
         let mut latency_errors = 0;
         let mut statuses = BTreeMap::new();
+        self.clocks.retain(|k, _| self.vms.contains_key(k));
         for (name, tr) in &mut self.vms {
             let Some(sample) = &tr.sample else { continue };
             let stats = &sample.stats;
@@ -276,8 +290,13 @@ impl Daemon {
                 ),
             };
             let p99 = match (&tr.cfg.latency, tr.cfg.slo_ms) {
-                (Some(src), Some(_)) => match read_latency(src, max_age) {
-                    Ok(v) => Some(v),
+                (Some(src), Some(_)) => match read_latency_sample(src, max_age) {
+                    Ok(v) => {
+                        if let Some(end) = v.window_end {
+                            self.clocks.entry(name.clone()).or_default().saw(end);
+                        }
+                        Some(v.p99_ms)
+                    }
                     Err(e) => {
                         log::warn!("{name}: {e}; counted as an SLO violation");
                         latency_errors += 1;
@@ -347,6 +366,44 @@ impl Daemon {
 
     /// One interval: refresh, observe, decide, enforce, log.
     pub fn cycle(&mut self) {
+        self.cycle_for(None);
+    }
+
+    /// A cycle; `early` names the LC VM whose violation brought it forward.
+    fn cycle_for(&mut self, early: Option<&str>) {
+        self.decide_and_enforce(early);
+        self.plan_done = now_s();
+    }
+
+    /// An LC VM with a latency window over its SLO that began after the
+    /// last plan ended (`daemon::react`); unreadable or stale sources are
+    /// left to the next decision, which counts them as violations.
+    fn violation_to_react(&mut self) -> Option<String> {
+        let cpu0 = thread_cpu_s();
+        let found = self.find_violation();
+        let cpu = thread_cpu_s() - cpu0;
+        self.with_status(|s| s.cpu_seconds += cpu);
+        found
+    }
+
+    fn find_violation(&mut self) -> Option<String> {
+        let max_age = 2.0 * self.cfg.interval_s;
+        for (name, tr) in &self.vms {
+            let (Some(src), Some(slo)) = (&tr.cfg.latency, tr.cfg.slo_ms) else {
+                continue;
+            };
+            let Ok(s) = read_latency_sample(src, max_age) else {
+                continue;
+            };
+            let clock = self.clocks.entry(name.clone()).or_default();
+            if react::should_react(clock, s.p99_ms, s.window_end, slo, self.plan_done) {
+                return Some(name.clone());
+            }
+        }
+        None
+    }
+
+    fn decide_and_enforce(&mut self, early: Option<&str>) {
         let cpu0 = thread_cpu_s();
         self.refresh();
         let views = self.observe();
@@ -386,6 +443,7 @@ impl Daemon {
             "reserved_bytes": reserved,
             "max_step_units": view.max_step_units,
             "decide_ms": decide_ms,
+            "early": early,
             "vms": view.vms.iter().map(|v| json!({
                 "name": v.spec.name, "lc": v.spec.class.is_lc(), "share_units": v.obs.share_units,
                 "min_units": v.spec.min_units, "max_units": v.spec.max_units, "p99_ms": v.obs.p99_ms,
@@ -449,6 +507,7 @@ impl Daemon {
         let rate = self.move_rate;
         self.with_status(|s| {
             s.decisions += 1;
+            s.early_decisions += u64::from(early.is_some());
             s.last_decision_ms = decide_ms;
             s.cpu_seconds += cpu;
             s.move_rate = rate;
@@ -688,20 +747,38 @@ impl Daemon {
         }
     }
 
-    /// Runs cycles every interval until `stop` is set.
+    /// Runs cycles every interval until `stop` is set; with
+    /// `react_to_violations`, an LC VM's violation brings a cycle forward
+    /// (`daemon::react`), and the next one is an interval after it. Never
+    /// two early cycles in a row: a violation no decision can cure (an LC
+    /// VM at its largest share) would otherwise decide every second.
     pub fn run(&mut self) {
         let interval = Duration::from_secs_f64(self.cfg.interval_s);
-        let mut next = Instant::now();
+        let mut early: Option<String> = None;
         while !self.stop.load(Ordering::Relaxed) {
-            self.cycle();
-            next += interval;
-            let now = Instant::now();
-            if next < now {
-                next = now;
-            }
+            let started = Instant::now();
+            self.cycle_for(early.as_deref());
+            let may_react = self.cfg.react_to_violations && early.is_none();
+            early = None;
+            // The interval counts from the cycle's start, as the policy's
+            // action bound (eq. 1) assumes; a cycle longer than it is
+            // followed at once by the next.
+            let next = started + interval;
+            let mut next_read = Instant::now() + REACT_POLL;
             // Sleep in short steps so that SIGTERM ends the daemon promptly.
             while Instant::now() < next && !self.stop.load(Ordering::Relaxed) {
-                std::thread::sleep((next - Instant::now()).min(Duration::from_millis(200)));
+                if may_react && Instant::now() >= next_read {
+                    next_read += REACT_POLL;
+                    early = self.violation_to_react();
+                    if early.is_some() {
+                        break;
+                    }
+                }
+                let wake = next.min(next_read);
+                std::thread::sleep(
+                    wake.saturating_duration_since(Instant::now())
+                        .min(Duration::from_millis(200)),
+                );
             }
         }
     }

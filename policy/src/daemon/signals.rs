@@ -42,15 +42,50 @@ fn now_s() -> f64 {
 
 /// Reads a p99 (ms) from `src`, refusing values older than `max_age_s`.
 pub fn read_latency(src: &LatencySource, max_age_s: f64) -> Result<f64, LatencyError> {
+    read_latency_sample(src, max_age_s).map(|s| s.p99_ms)
+}
+
+/// A p99 and the end of the window it measured, when the source says.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LatencySample {
+    /// p99, ms.
+    pub p99_ms: f64,
+    /// End of its window, unix seconds (a file's time or mtime, a
+    /// Prometheus sample's timestamp; `None` for a sample without one).
+    pub window_end: Option<f64>,
+}
+
+/// [`read_latency`] with the window's end.
+pub fn read_latency_sample(
+    src: &LatencySource,
+    max_age_s: f64,
+) -> Result<LatencySample, LatencyError> {
     match src {
-        LatencySource::File(p) => read_latency_file(p, max_age_s),
+        LatencySource::File(p) => {
+            read_latency_file_at(p, max_age_s).map(|(p99_ms, end)| LatencySample {
+                p99_ms,
+                window_end: Some(end),
+            })
+        }
         LatencySource::Prometheus { url, metric } => {
             let text = http_get(url).map_err(LatencyError::Unreadable)?;
-            parse_prometheus(&text, metric)
-                .ok_or_else(|| {
-                    LatencyError::Malformed(format!("metric {metric} not found at {url}"))
-                })
-                .and_then(check_value)
+            let (v, ts_ms) = parse_prometheus_sample(&text, metric).ok_or_else(|| {
+                LatencyError::Malformed(format!("metric {metric} not found at {url}"))
+            })?;
+            let window_end = ts_ms.map(|t| t / 1e3);
+            if let Some(end) = window_end {
+                let age = now_s() - end;
+                if age > max_age_s {
+                    return Err(LatencyError::Stale {
+                        age_s: age,
+                        max_s: max_age_s,
+                    });
+                }
+            }
+            Ok(LatencySample {
+                p99_ms: check_value(v)?,
+                window_end,
+            })
         }
     }
 }
@@ -67,6 +102,11 @@ fn check_value(v: f64) -> Result<f64, LatencyError> {
 
 /// `<p99_ms> [<unix_time_s>]`; without a time the file's mtime counts.
 pub fn read_latency_file(path: &Path, max_age_s: f64) -> Result<f64, LatencyError> {
+    read_latency_file_at(path, max_age_s).map(|(v, _)| v)
+}
+
+/// [`read_latency_file`] with the time the value is for.
+fn read_latency_file_at(path: &Path, max_age_s: f64) -> Result<(f64, f64), LatencyError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| LatencyError::Unreadable(format!("{}: {e}", path.display())))?;
     let mut it = text.split_whitespace();
@@ -98,12 +138,18 @@ pub fn read_latency_file(path: &Path, max_age_s: f64) -> Result<f64, LatencyErro
             max_s: max_age_s,
         });
     }
-    check_value(p99)
+    check_value(p99).map(|v| (v, when))
 }
 
 /// The value of `metric` (a name, or `name{labels}` matched exactly) in a
 /// Prometheus text exposition.
 pub fn parse_prometheus(text: &str, metric: &str) -> Option<f64> {
+    parse_prometheus_sample(text, metric).map(|(v, _)| v)
+}
+
+/// [`parse_prometheus`] with the sample's optional timestamp (ms since
+/// the epoch, the exposition format's third field).
+pub fn parse_prometheus_sample(text: &str, metric: &str) -> Option<(f64, Option<f64>)> {
     text.lines()
         .map(str::trim)
         .filter(|l| !l.starts_with('#') && !l.is_empty())
@@ -118,7 +164,13 @@ pub fn parse_prometheus(text: &str, metric: &str) -> Option<f64> {
             if key != metric && name_only != metric {
                 return None;
             }
-            rest.split_whitespace().next()?.parse().ok()
+            let mut fields = rest.split_whitespace();
+            let v = fields.next()?.parse().ok()?;
+            let ts = fields
+                .next()
+                .and_then(|t| t.parse::<f64>().ok())
+                .filter(|t| t.is_finite());
+            Some((v, ts))
         })
 }
 
@@ -238,6 +290,27 @@ mod tests {
         assert_eq!(parse_prometheus(t, "req_p99_ms"), Some(3.5));
         assert_eq!(parse_prometheus(t, "other"), Some(1.0));
         assert_eq!(parse_prometheus(t, "missing"), None);
+        let stamped = "lat_p99 12 1700000000500\nplain 3\nbad_ts 4 x\n";
+        assert_eq!(
+            parse_prometheus_sample(stamped, "lat_p99"),
+            Some((12.0, Some(1_700_000_000_500.0)))
+        );
+        assert_eq!(parse_prometheus_sample(stamped, "plain"), Some((3.0, None)));
+        assert_eq!(
+            parse_prometheus_sample(stamped, "bad_ts"),
+            Some((4.0, None))
+        );
+    }
+
+    #[test]
+    fn latency_file_sample_carries_its_window_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("p99");
+        let t = now_s().floor();
+        std::fs::write(&p, format!("30 {t}\n")).unwrap();
+        let s = read_latency_sample(&LatencySource::File(p), 10.0).unwrap();
+        assert_eq!(s.p99_ms, 30.0);
+        assert_eq!(s.window_end, Some(t));
     }
 
     #[test]

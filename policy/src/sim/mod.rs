@@ -21,7 +21,8 @@ pub use workload::{BeModel, LcModel};
 pub enum LoadTrace {
     /// The same load throughout.
     Constant(f64),
-    /// Fig. 7: 20 % → 100 % → 20 % in 20 % steps of `step_s` seconds each.
+    /// Fig. 7: 20 % → 100 % → 20 % in 20 % steps of `step_s` seconds each,
+    /// repeated.
     Fig7 {
         /// Seconds per step (the paper: 20).
         step_s: u64,
@@ -38,7 +39,7 @@ impl LoadTrace {
             Self::Fig7 { step_s } => {
                 const LEVELS: [f64; 9] = [0.2, 0.4, 0.6, 0.8, 1.0, 0.8, 0.6, 0.4, 0.2];
                 let i = (t / (*step_s).max(1)) as usize;
-                LEVELS[i.min(LEVELS.len() - 1)]
+                LEVELS[i % LEVELS.len()]
             }
             Self::Steps(steps) => {
                 let period: u64 = steps.iter().map(|s| s.0).sum();
@@ -86,6 +87,10 @@ pub struct SimConfig {
     pub warmup_s: u64,
     /// RNG seed.
     pub seed: u64,
+    /// Decide early, one second after an LC window over the SLO that
+    /// began after the last plan was fully applied (the daemon's
+    /// `react_to_violations`); otherwise only every `interval_s`.
+    pub react_to_violations: bool,
 }
 
 impl Default for SimConfig {
@@ -99,6 +104,7 @@ impl Default for SimConfig {
             load_noise: 0.02,
             warmup_s: 0,
             seed: 1,
+            react_to_violations: true,
         }
     }
 }
@@ -155,6 +161,8 @@ pub struct SimResult {
     pub lc_load: Vec<f64>,
     /// Decisions made.
     pub decisions: u64,
+    /// Of those, decisions brought forward by an SLO violation.
+    pub early_decisions: u64,
 }
 
 impl SimResult {
@@ -261,10 +269,17 @@ impl Simulator {
         let mut fair_sum = 0.0;
         let mut tput_sum = 0.0;
         let mut counted = 0u64;
+        // The next decision, the one before it, and when its plan was
+        // fully applied (an early decision needs a violation after that).
+        let mut next_decision = interval;
+        let mut last_decision = 0u64;
+        let mut plan_done = 0u64;
+        let mut early = false;
+        let mut last_was_early = false;
         for t in 0..seconds {
-            if t > 0 && t % interval == 0 {
+            if t > 0 && t >= next_decision {
                 if let Some(p) = policy.as_deref_mut() {
-                    let view = self.view(&worst_p99, &load_sum, interval);
+                    let view = self.view(&worst_p99, &load_sum, t - last_decision);
                     let cpu0 = thread_cpu_s();
                     let t0 = Instant::now();
                     let slices = decide_checked(p, &view).ok().and_then(|alloc| {
@@ -284,6 +299,7 @@ impl Simulator {
                     res.decision_us.push(t0.elapsed().as_secs_f64() * 1e6);
                     res.decision_cpu_s += thread_cpu_s() - cpu0;
                     res.decisions += 1;
+                    res.early_decisions += u64::from(early);
                     // A new decision replaces what was still pending.
                     pending = slices
                         .unwrap_or_default()
@@ -292,9 +308,17 @@ impl Simulator {
                         .map(|(k, s)| (t as f64 + (k as f64 + 1.0) * slice_s, s))
                         .collect();
                     pending.reverse();
+                    // The first window that sees the whole plan.
+                    plan_done = pending
+                        .first()
+                        .map_or(t, |(due, _)| (due.ceil() as u64).saturating_sub(1));
                 }
                 worst_p99.iter_mut().for_each(|x| *x = 0.0);
                 load_sum.iter_mut().for_each(|x| *x = 0.0);
+                last_decision = t;
+                next_decision = t + interval;
+                last_was_early = early;
+                early = false;
             }
             while pending
                 .last()
@@ -304,6 +328,7 @@ impl Simulator {
                     self.apply(&slice, &mut res);
                 }
             }
+            let mut violated = false;
             let total: u64 = self.shares.iter().sum();
             res.max_total_units = res.max_total_units.max(total);
             let count = t >= self.cfg.warmup_s;
@@ -313,6 +338,7 @@ impl Simulator {
                 let p99 = lc.model.p99_ms(load, self.shares[i]);
                 worst_p99[i] = worst_p99[i].max(p99);
                 load_sum[i] += load;
+                violated |= p99 > lc.model.slo_ms;
                 if count {
                     res.lc_windows += 1;
                     res.lc_violations += u64::from(p99 > lc.model.slo_ms);
@@ -331,6 +357,20 @@ impl Simulator {
                 }
                 fair_sum += min_np;
                 counted += 1;
+            }
+            // Window t is over the SLO and began after the last plan was
+            // applied: what that plan gave was not enough, decide now; but
+            // not twice in a row (a violation no decision can cure, e.g.
+            // an LC VM at its largest share, would otherwise decide every
+            // second): at most one early decision per interval.
+            if self.cfg.react_to_violations
+                && violated
+                && !last_was_early
+                && t >= plan_done
+                && t + 1 < next_decision
+            {
+                next_decision = t + 1;
+                early = true;
             }
         }
         res.seconds = seconds;
@@ -362,7 +402,7 @@ impl Simulator {
         res.max_slice_units = res.max_slice_units.max(down.max(up));
     }
 
-    fn view(&self, worst_p99: &[f64], load_sum: &[f64], interval: u64) -> HostView {
+    fn view(&self, worst_p99: &[f64], load_sum: &[f64], elapsed_s: u64) -> HostView {
         let n_lc = self.scenario.lc.len();
         let vms = self
             .specs
@@ -372,7 +412,7 @@ impl Simulator {
                 let share = self.shares[i];
                 let obs = if i < n_lc {
                     let m = &self.scenario.lc[i].model;
-                    let load = load_sum[i] / interval as f64;
+                    let load = load_sum[i] / elapsed_s.max(1) as f64;
                     VmObservation {
                         share_units: share,
                         p99_ms: Some(worst_p99[i]),
@@ -446,12 +486,17 @@ mod tests {
         let at: Vec<f64> = (0..9).map(|i| t.at(i * 20 + 5)).collect();
         assert_eq!(at, vec![0.2, 0.4, 0.6, 0.8, 1.0, 0.8, 0.6, 0.4, 0.2]);
         assert_eq!(t.length(), Some(180));
+        assert_eq!(t.at(185), 0.2, "the pattern repeats");
+        assert_eq!(t.at(265), 1.0);
         assert_eq!(LoadTrace::Steps(vec![(2, 0.5), (1, 0.9)]).at(5), 0.9);
     }
 
     #[test]
     fn every_policy_keeps_the_budget_and_slices() {
-        let cfg = SimConfig::default();
+        let cfg = SimConfig {
+            react_to_violations: false,
+            ..Default::default()
+        };
         let mut policies: Vec<Box<dyn Policy>> = vec![
             Box::new(StaticSplit),
             Box::new(Hotness),
@@ -477,6 +522,51 @@ mod tests {
             assert!(r.max_slice_units <= cfg.p_max_units, "{}", p.name());
             assert_eq!(r.decisions, 71);
         }
+    }
+
+    #[test]
+    fn a_violation_after_the_plan_brings_the_decision_forward() {
+        // The LC VM holds 4 units, far below what 80 % load needs; a
+        // policy that always grows it by one unit (the budget permits).
+        struct GrowLc;
+        impl Policy for GrowLc {
+            fn name(&self) -> &'static str {
+                "grow-lc"
+            }
+            fn decide(
+                &mut self,
+                view: &HostView,
+            ) -> Result<crate::model::Allocation, crate::model::PolicyError> {
+                let mut targets = std::collections::BTreeMap::new();
+                for v in &view.vms {
+                    let up = u64::from(v.spec.class.is_lc());
+                    targets.insert(v.spec.name.clone(), v.obs.share_units + up);
+                }
+                Ok(crate::model::Allocation {
+                    targets,
+                    notes: vec![],
+                })
+            }
+        }
+        let run = |react| {
+            let cfg = SimConfig {
+                react_to_violations: react,
+                ..Default::default()
+            };
+            let mut sim = Simulator::new(cfg, paper_scenario(LoadTrace::Constant(0.8))).unwrap();
+            sim.set_shares(&[4, 1, 1, 1, 1]);
+            sim.run(Some(&mut GrowLc), 20)
+        };
+        let (slow, fast) = (run(false), run(true));
+        assert_eq!((slow.decisions, slow.early_decisions), (3, 0));
+        // A slice takes p_max/M ≈ 1.07 s, so each plan is whole from the
+        // second after its decision; that window still violates, and the
+        // next second decides again, but never twice early in a row:
+        // early 1, regular 6, early 8, regular 13, early 15.
+        assert_eq!((fast.decisions, fast.early_decisions), (5, 3));
+        // Every plan landed within the run.
+        assert_eq!(fast.lc_share[19], 4 + fast.decisions);
+        assert!(fast.lc_share[19] > slow.lc_share[19]);
     }
 
     #[test]

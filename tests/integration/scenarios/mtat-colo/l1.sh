@@ -3,7 +3,9 @@
 # L1 beside three L2 VMs under our VMM, with an FMem budget below their sum.
 #
 #   lc   memcached (Debian's) on a TAP; tb-kvload in L1 drives it and
-#        publishes the p99 of every 1 s window to the file the daemon reads
+#        publishes the p99 of every 5 s window (one interval) to the file
+#        the daemon reads; a window over the SLO that began after the last
+#        plan was applied brings the next decision forward
 #   be1, be2  gups-hotset under tiering.ko + tiering-agent, which send the
 #        per-tier access counts (tags 0x800d/0x800e) to the host
 #
@@ -364,6 +366,8 @@ slices=$(sed -n 's/^slices \([0-9]*\)$/\1/p' "$TB_OUT/log-check.txt")
 tb_fact slices "${slices:-0}"
 # shrinks that stalled in a guest and were settled at the unit it reached
 tb_fact settled_stalls "$(grep -o '"settle":true' "$LOG" | wc -l)"
+# decisions brought forward by a p99 window over the SLO (docs/policy.md)
+tb_fact early_decisions "$(grep -o '"early":"lc"' "$LOG" | wc -l)"
 tb_check_ge "daemon-moved-fmem" "${slices:-0}" 1
 
 # What each VMM reported at rest (FMem balloon actual = target), in
