@@ -35,14 +35,6 @@ const GUEST: [u8; 31] = [
     0x46, 0x04, 0xb9, 0x00, 0x00, 0x02, 0x00, 0xf3, 0x90, 0xff, 0xc9, 0x75, 0xfa, 0xeb, 0xe2,
 ];
 
-fn kvm_available() -> bool {
-    fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-        .is_ok()
-}
-
 struct Vmm {
     child: Child,
     socket: std::path::PathBuf,
@@ -125,7 +117,7 @@ fn disk(dir: &Path, name: &str) -> String {
 
 #[test]
 fn disks_are_hot_plugged_and_ejected_and_a_guest_that_never_ejects_keeps_its_device() {
-    if !kvm_available() {
+    if !common::kvm_available() {
         eprintln!("skipped: no usable /dev/kvm");
         return;
     }
@@ -219,7 +211,7 @@ fn disks_are_hot_plugged_and_ejected_and_a_guest_that_never_ejects_keeps_its_dev
 
 #[test]
 fn hotplug_on_virtio_mmio_is_refused_clearly() {
-    if !kvm_available() {
+    if !common::kvm_available() {
         eprintln!("skipped: no usable /dev/kvm");
         return;
     }
@@ -271,7 +263,7 @@ const MOVER: [u8; 125] = [
 
 #[test]
 fn a_bar_the_guest_moves_is_decoded_at_its_new_place_under_the_sandbox() {
-    if !kvm_available() {
+    if !common::kvm_available() {
         eprintln!("skipped: no usable /dev/kvm");
         return;
     }

@@ -7,18 +7,15 @@
 //! `resize-zone` scenario.
 
 use std::fs;
-use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
 use api::client::{api_request, HttpResponse, Method};
 use vmm_sys_util::tempdir::TempDir;
 
 mod common;
 
-const API_FD: i32 = 3;
 const MIB: u64 = 1 << 20;
 
 struct Vmm {
@@ -32,28 +29,7 @@ impl Vmm {
         let socket = dir.join("api.sock");
         let listener = UnixListener::bind(&socket).expect("bind the API socket");
         let stderr = dir.join("vmm.stderr");
-        let fd = listener.as_raw_fd();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cloud-hypervisor"));
-        cmd.args(args)
-            .args(["--api-socket", &format!("fd={API_FD}")])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(&stderr).expect("stderr file"));
-        // SAFETY: dup2 and fcntl are async-signal-safe; this runs in the
-        // child between fork and exec (see sandbox.rs).
-        unsafe {
-            cmd.pre_exec(move || {
-                let rc = if fd == API_FD {
-                    libc::fcntl(fd, libc::F_SETFD, 0)
-                } else {
-                    libc::dup2(fd, API_FD)
-                };
-                if rc < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        let mut cmd = common::vmm_with_api_fd(args, &listener, &stderr);
         let child = cmd.spawn().expect("start cloud-hypervisor");
         drop(listener);
         Self {
@@ -128,14 +104,6 @@ impl Drop for Vmm {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn kvm_available() -> bool {
-    fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-        .is_ok()
 }
 
 fn start(dir: &Path, transport: &str) -> Vmm {
@@ -233,7 +201,7 @@ fn check_transport(transport: &str) {
 
 #[test]
 fn resize_zone_on_virtio_mmio() {
-    if !kvm_available() {
+    if !common::kvm_available() {
         eprintln!("skipped: no /dev/kvm");
         return;
     }
@@ -242,7 +210,7 @@ fn resize_zone_on_virtio_mmio() {
 
 #[test]
 fn resize_zone_on_virtio_pci() {
-    if !kvm_available() {
+    if !common::kvm_available() {
         eprintln!("skipped: no /dev/kvm");
         return;
     }

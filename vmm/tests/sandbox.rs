@@ -9,11 +9,9 @@
 
 use std::fs;
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
 use api::client::{api_request, HttpResponse, Method};
 use vmm_sys_util::tempdir::TempDir;
@@ -21,7 +19,6 @@ use vmm_sys_util::tempdir::TempDir;
 mod common;
 
 /// The fd number the child gets its API listener on.
-const API_FD: i32 = 3;
 /// What the SIGSYS handler prints (vmm/src/seccomp.rs).
 const SIGSYS_REPORT: &str = "made a forbidden syscall";
 
@@ -49,30 +46,8 @@ impl Vmm {
         let socket = dir.join("api.sock");
         let listener = UnixListener::bind(&socket).expect("bind the API socket");
         let stderr = dir.join("vmm.stderr");
-        let fd = listener.as_raw_fd();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cloud-hypervisor"));
-        cmd.args(args)
-            .args(["-v", "--api-socket", &format!("fd={API_FD}")])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(&stderr).expect("stderr file"));
-        // SAFETY: dup2 and fcntl are async-signal-safe; this runs in the
-        // child between fork and exec. The listener must reach the VMM as
-        // API_FD without close-on-exec: dup2 clears the flag, except when
-        // the listener already is API_FD (dup2 then does nothing).
-        unsafe {
-            cmd.pre_exec(move || {
-                let rc = if fd == API_FD {
-                    libc::fcntl(fd, libc::F_SETFD, 0)
-                } else {
-                    libc::dup2(fd, API_FD)
-                };
-                if rc < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        let mut cmd = common::vmm_with_api_fd(args, &listener, &stderr);
+        cmd.arg("-v");
         let child = cmd.spawn().expect("start cloud-hypervisor");
         drop(listener);
         Self {
@@ -170,14 +145,6 @@ fn vm_config(kernel: &Path, disk: &Path) -> String {
     .to_string()
 }
 
-fn kvm_available() -> bool {
-    fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-        .is_ok()
-}
-
 /// Starts the VMM on the halting kernel with 64 MiB and one disk, plus
 /// `extra` flags first.
 fn start_halting_vm(dir: &Path, kernel: &Path, image: &Path, extra: &[&str]) -> Vmm {
@@ -200,7 +167,7 @@ fn start_halting_vm(dir: &Path, kernel: &Path, image: &Path, extra: &[&str]) -> 
 
 #[test]
 fn seccomp_is_on_by_default_and_an_api_lifecycle_makes_no_forbidden_syscall() {
-    assert!(kvm_available(), "these tests need /dev/kvm");
+    assert!(common::kvm_available(), "these tests need /dev/kvm");
     let dir = TempDir::new_with_prefix("/tmp/vmm-sandbox-").expect("tempdir");
     let dir = dir.as_path();
     let kernel = dir.join("halt.elf");
@@ -292,7 +259,7 @@ fn refused_vm(vmm: &Vmm, kernel: &Path, disk: &Path) -> String {
 
 #[test]
 fn under_landlock_a_vm_created_later_cannot_open_a_path_outside_the_command_line() {
-    assert!(kvm_available(), "these tests need /dev/kvm");
+    assert!(common::kvm_available(), "these tests need /dev/kvm");
     let dir = TempDir::new_with_prefix("/tmp/vmm-landlock-").expect("tempdir");
     let dir = dir.as_path();
     let (_, kernel, named, other) = landlock_files(dir);
@@ -322,7 +289,7 @@ fn under_landlock_a_vm_created_later_cannot_open_a_path_outside_the_command_line
 
 #[test]
 fn under_landlock_without_a_kernel_a_vm_created_later_opens_only_the_landlock_rules_paths() {
-    assert!(kvm_available(), "these tests need /dev/kvm");
+    assert!(common::kvm_available(), "these tests need /dev/kvm");
     let dir = TempDir::new_with_prefix("/tmp/vmm-landlock-rules-").expect("tempdir");
     let dir = dir.as_path();
     let (inside, kernel, named, other) = landlock_files(dir);

@@ -55,17 +55,9 @@ const GUEST: [u8; 196] = [
     0xee, 0x59, 0x58, 0xc3,
 ];
 
-fn kvm_available() -> bool {
-    fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-        .is_ok()
-}
-
 #[test]
 fn a_guest_enumerates_the_pci_bus_and_programs_msix_under_the_sandbox() {
-    if !kvm_available() {
+    if !common::kvm_available() {
         eprintln!("skipped: no usable /dev/kvm");
         return;
     }

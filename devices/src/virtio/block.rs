@@ -312,13 +312,7 @@ impl VirtioDevice for Block {
         interrupt: Arc<dyn VirtioInterrupt>,
         queues: Vec<ActiveQueue>,
     ) -> Result<Box<dyn EventHandler>, ActivateError> {
-        let mut servers = self.servers(mem, interrupt, queues)?;
-        match servers.pop() {
-            Some(server) if servers.is_empty() => Ok(server),
-            _ => Err(ActivateError::Invalid(
-                "several queues need one device thread each (activate_workers)".into(),
-            )),
-        }
+        super::single_worker(self.servers(mem, interrupt, queues)?, "queues")
     }
 
     fn activate_workers(

@@ -248,6 +248,21 @@ pub fn take_queues<const N: usize>(
         .map_err(|_| ActivateError::Invalid("a queue index was asked for twice".into()))
 }
 
+/// [`VirtioDevice::activate`] of a device that builds one data path per
+/// thread: its only path, or an error naming `what` when the queues the
+/// driver set up need several threads.
+pub fn single_worker(
+    mut workers: Vec<Box<dyn EventHandler>>,
+    what: &str,
+) -> Result<Box<dyn EventHandler>, ActivateError> {
+    match workers.pop() {
+        Some(worker) if workers.is_empty() => Ok(worker),
+        _ => Err(ActivateError::Invalid(format!(
+            "several {what} need one device thread each (activate_workers)"
+        ))),
+    }
+}
+
 /// Helper for `read_config`: copies `config[offset..]` into `data`, zero
 /// filling what lies outside `config`.
 pub fn read_config_from_slice(config: &[u8], offset: u64, data: &mut [u8]) {

@@ -1,7 +1,56 @@
 //! Helpers shared by the VMM's integration tests.
 
+// Each test binary uses a subset of these.
+#![allow(dead_code)]
+
 use std::fs;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixListener;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// The descriptor the VMM gets its API listener on (`--api-socket fd=3`).
+pub const API_FD: i32 = 3;
+
+/// Whether this host lets us open /dev/kvm for a VM.
+pub fn kvm_available() -> bool {
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok()
+}
+
+/// The VMM binary with `args`, `--api-socket fd=API_FD` on `listener`, and
+/// its stderr in `stderr`; spawn it, then drop the listener.
+pub fn vmm_with_api_fd(args: &[&str], listener: &UnixListener, stderr: &Path) -> Command {
+    let fd = listener.as_raw_fd();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cloud-hypervisor"));
+    cmd.args(args)
+        .args(["--api-socket", &format!("fd={API_FD}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(stderr).expect("stderr file"));
+    // SAFETY: dup2 and fcntl are async-signal-safe; this runs in the child
+    // between fork and exec. The listener must reach the VMM as API_FD
+    // without close-on-exec: dup2 clears the flag, except when the listener
+    // already is API_FD (dup2 then does nothing).
+    unsafe {
+        cmd.pre_exec(move || {
+            let rc = if fd == API_FD {
+                libc::fcntl(fd, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(fd, API_FD)
+            };
+            if rc < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
 
 /// An ELF64 "kernel" with `code` at 1 MiB, its entry.
 pub fn kernel(path: &Path, code: &[u8]) {
