@@ -274,28 +274,7 @@ fn a_bar_the_guest_moves_is_decoded_at_its_new_place_under_the_sandbox() {
     let a = disk(dir, "a.img");
     let serial = dir.join("serial.out");
     let stderr = dir.join("vmm.stderr");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cloud-hypervisor"))
-        .args(["-v", "--virtio-transport", "pci", "--kernel"])
-        .arg(&elf)
-        .args(["--memory", "size=64M", "--console", "off", "--disk"])
-        .arg(format!("path={a}"))
-        .arg("--serial")
-        .arg(format!("file={}", serial.display()))
-        .stderr(fs::File::create(&stderr).expect("stderr file"))
-        .spawn()
-        .expect("start cloud-hypervisor");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the guest did not power off");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = common::run_pci_guest(&elf, &format!("path={a}"), &serial, &stderr);
     let log = fs::read_to_string(&stderr).unwrap_or_default();
     let out = fs::read_to_string(&serial).unwrap_or_default();
     assert!(status.success(), "VMM exit {status}; log: {log}");

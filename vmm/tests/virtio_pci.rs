@@ -9,8 +9,6 @@
 //! runs wherever /dev/kvm runs 64-bit code, PVM hosts included.
 
 use std::fs;
-use std::process::Command;
-use std::time::{Duration, Instant};
 
 use vmm_sys_util::tempdir::TempDir;
 
@@ -69,32 +67,7 @@ fn a_guest_enumerates_the_pci_bus_and_programs_msix_under_the_sandbox() {
     fs::write(&disk, vec![0u8; 1 << 20]).expect("disk");
     let serial = dir.join("serial.out");
     let stderr = dir.join("vmm.stderr");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cloud-hypervisor"))
-        .args(["-v", "--virtio-transport", "pci", "--kernel"])
-        .arg(&elf)
-        .args(["--memory", "size=64M", "--console", "off", "--disk"])
-        .arg(format!("path={}", disk.display()))
-        .arg("--serial")
-        .arg(format!("file={}", serial.display()))
-        .stderr(fs::File::create(&stderr).expect("stderr file"))
-        .spawn()
-        .expect("start cloud-hypervisor");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "the guest did not power off; serial: {:?}; log: {}",
-                fs::read_to_string(&serial).unwrap_or_default(),
-                fs::read_to_string(&stderr).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = common::run_pci_guest(&elf, &format!("path={}", disk.display()), &serial, &stderr);
     let log = fs::read_to_string(&stderr).unwrap_or_default();
     let out = fs::read_to_string(&serial).unwrap_or_default();
     assert!(status.success(), "VMM exit {status}; log: {log}");

@@ -79,3 +79,40 @@ pub fn kernel(path: &Path, code: &[u8]) {
     elf.extend_from_slice(code);
     fs::write(path, elf).expect("write the kernel");
 }
+
+/// Runs the VMM on `elf` with virtio-pci, 64 MiB, one disk (`disk`, the
+/// `--disk` value) and the serial port in `serial`, its stderr in
+/// `stderr`, until the guest powers off (at most 60 s; the test fails with
+/// the serial output and the log otherwise).
+pub fn run_pci_guest(
+    elf: &Path,
+    disk: &str,
+    serial: &Path,
+    stderr: &Path,
+) -> std::process::ExitStatus {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cloud-hypervisor"))
+        .args(["-v", "--virtio-transport", "pci", "--kernel"])
+        .arg(elf)
+        .args(["--memory", "size=64M", "--console", "off", "--disk", disk])
+        .arg("--serial")
+        .arg(format!("file={}", serial.display()))
+        .stderr(fs::File::create(stderr).expect("stderr file"))
+        .spawn()
+        .expect("start cloud-hypervisor");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            return s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "the guest did not power off; serial: {:?}; log: {}",
+                fs::read_to_string(serial).unwrap_or_default(),
+                fs::read_to_string(stderr).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
