@@ -6,6 +6,12 @@
 #
 # Installs what is missing (Debian packages, the Rust components) first.
 # Ends with "N passed, M failed" over the steps; exits non-zero if any failed.
+#
+# CI gives one run 90 minutes. TEST_BUDGET_S (default 4800 s) bounds this
+# script: every step line carries the elapsed time, and the testbed, the
+# last and longest step, gets what is left of the budget as its overall
+# timeout, so an over-long or hung run ends with its own summary (which
+# scenarios ran, which did not) instead of being cut off.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib/deps.sh
@@ -14,22 +20,32 @@ source scripts/lib/deps.sh
 passed=0
 failed=0
 failed_steps=()
+TEST_BUDGET_S=${TEST_BUDGET_S:-4800}
+[[ $TEST_BUDGET_S =~ ^[0-9]+$ ]] || { echo "TEST_BUDGET_S wants seconds" >&2; exit 2; }
+elapsed() { printf '+%dm%02ds' "$((SECONDS / 60))" "$((SECONDS % 60))"; }
 step() {
     local name=$1
     shift
-    printf '\n==== %s ====\n' "$name"
+    printf '\n==== %s [%s] ====\n' "$name" "$(elapsed)"
     local start=$SECONDS
-    if "$@"; then
+    # A step that hangs must not eat the budget of the others: programs
+    # get 25 minutes (the slowest takes about 3); shell functions (the
+    # testbed) bound themselves.
+    local run=(timeout -k 30 1500)
+    declare -F "$1" >/dev/null && run=()
+    if "${run[@]}" "$@"; then
         passed=$((passed + 1))
-        printf '==== %s: PASS (%ds)\n' "$name" "$((SECONDS - start))"
+        printf '==== %s: PASS (%ds) [%s]\n' "$name" "$((SECONDS - start))" "$(elapsed)"
     else
         failed=$((failed + 1))
         failed_steps+=("$name")
-        printf '==== %s: FAIL (%ds)\n' "$name" "$((SECONDS - start))"
+        printf '==== %s: FAIL (%ds) [%s]\n' "$name" "$((SECONDS - start))" "$(elapsed)"
     fi
 }
 
+echo "test.sh: started $(date -u '+%F %T') UTC, budget ${TEST_BUDGET_S} s"
 deps_install_all || { echo "dependency installation failed"; exit 1; }
+printf 'dependencies ready [%s]\n' "$(elapsed)"
 
 step "cargo fmt" cargo fmt --all -- --check
 step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
@@ -47,11 +63,18 @@ step "testbed harness: crashes are reported, not retried away" ./scripts/lib/tb-
 # kept even when a re-run passed) are repeated in the final summary.
 mkdir -p build
 testbed_log=build/test-testbed.log
-testbed() { ./scripts/testbed.sh "$@" 2>&1 | tee "$testbed_log"; }
+testbed() {
+    # What is left of the budget, less two minutes for the summary; never
+    # below 10 minutes (a run that slow fails on its own summary).
+    local left=$((TEST_BUDGET_S - SECONDS - 120))
+    ((left >= 600)) || left=600
+    echo "testbed: overall timeout ${left} s (TEST_BUDGET_S=${TEST_BUDGET_S}, $(elapsed) used)"
+    ./scripts/testbed.sh --overall-timeout "$left" "$@" 2>&1 | tee "$testbed_log"
+}
 step "testbed scenarios" testbed $(deps_testbed_scenarios)
 
 printf '\n'
 grep -a '^CRASH ' "$testbed_log" 2>/dev/null
 ((failed > 0)) && printf 'failed steps: %s\n' "${failed_steps[*]}"
-printf '%d passed, %d failed\n' "$passed" "$failed"
+printf '%d passed, %d failed [%s]\n' "$passed" "$failed" "$(elapsed)"
 ((failed == 0))

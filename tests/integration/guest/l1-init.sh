@@ -131,7 +131,9 @@ for item in $scenarios; do
         ) </dev/null &
         pid=$!
         # Bounded: kill the scenario's whole process group on timeout.
-        setsid sh -c "sleep $timeout; echo timeout >/tmp/tb-timeout; kill -TERM -$pid; sleep 5; kill -KILL -$pid" &
+        # It first prints what each of the group's processes was doing, so
+        # a hang names the command that hung.
+        setsid sh -c "sleep $timeout; echo timeout >/tmp/tb-timeout; sh /tb/lib/group-report.sh $pid; kill -TERM -$pid; sleep 5; kill -KILL -$pid" &
         killer=$!
         wait "$pid"
         rc=$?

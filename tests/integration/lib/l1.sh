@@ -198,7 +198,20 @@ tb_vmm_diag() {
 #                             (fmem|smem), e.g. actual, target, host_inflated
 #   tb_balloon_actual_is F S  the guest reports balloons of F and S bytes
 TB_API_SOCK=${TB_OUT:-/tmp}/api.sock
-tb_chr() { "$TB_CH_REMOTE" --api-socket "$TB_API_SOCK" "$@"; }
+# Bounded: the VMM answers every call within its 60 s API timeout; a
+# ch-remote that gets nothing in TB_CHR_TIMEOUT s (100) means a hung VMM,
+# whose threads are then printed (stderr) and saved (tb_vmm_diag).
+tb_chr() {
+    timeout -k 5 "${TB_CHR_TIMEOUT:-100}" "$TB_CH_REMOTE" --api-socket "$TB_API_SOCK" "$@"
+    _tb_chr_rc=$?
+    case $_tb_chr_rc in 124 | 137 | 143) _tb_chr_hung=1 ;; *) _tb_chr_hung=0 ;; esac # GNU, KILL, busybox
+    if [ "$_tb_chr_hung" = 1 ]; then
+        tb_log "ch-remote $1: no answer within ${TB_CHR_TIMEOUT:-100} s; VMM threads:" >&2
+        tb_vmm_diag "$TB_OUT/vmm-diag-hung-api.txt" >&2
+        grep -E '^## tid|^# VMM' "$TB_OUT/vmm-diag-hung-api.txt" >&2 2>/dev/null
+    fi
+    return "$_tb_chr_rc"
+}
 tb_balloon_field() {
     # ch-remote prints keys sorted, so "tier" is the last key of its
     # object: cut the JSON at every "}" and pick the piece naming the tier.
