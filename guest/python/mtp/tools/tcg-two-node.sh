@@ -49,10 +49,12 @@ INIT
 chmod +x "$root/init"
 (cd "$root" && find . | cpio -o -H newc --quiet) >"$work/initrd.cpio"
 
+# stdin from /dev/null: CI runs without one, and `-serial stdio` fails on a
+# closed fd 0.
 timeout 900 qemu-system-x86_64 -accel tcg,thread=multi -M pc -cpu max -smp "$smp" -m 2G \
     -object memory-backend-ram,id=m0,size=1G -object memory-backend-ram,id=m1,size=1G \
     -numa node,nodeid=0,cpus=$cpus,memdev=m0 -numa node,nodeid=1,memdev=m1 \
     -nodefaults -display none -serial stdio -monitor none -no-reboot \
     -kernel "$kernel" -initrd "$work/initrd.cpio" \
-    -append "console=ttyS0 panic=-1 quiet numa_balancing=disable" | tee "$work/console.log" | grep -a '^{\|MTP-CHECK\|Traceback\|Error'
+    -append "console=ttyS0 panic=-1 quiet numa_balancing=disable" </dev/null | tee "$work/console.log" | grep -a '^{\|MTP-CHECK\|Traceback\|Error'
 grep -aq '^MTP-CHECK PASS' "$work/console.log"
