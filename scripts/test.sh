@@ -28,12 +28,17 @@ step() {
     shift
     printf '\n==== %s [%s] ====\n' "$name" "$(elapsed)"
     local start=$SECONDS
-    # A step that hangs must not eat the budget of the others: programs
-    # get 25 minutes (the slowest takes about 3); shell functions (the
-    # testbed) bound themselves.
-    local run=(timeout -k 30 1500)
+    # A step that hangs must not eat the budget of the others: a program
+    # gets 15 minutes (the slowest takes about 3) or what is left of the
+    # budget; shell functions (the testbed) bound themselves.
+    local left=$((TEST_BUDGET_S - SECONDS)) cap=900
+    ((cap <= left)) || cap=$left
+    local run=(timeout -k 30 "$cap")
     declare -F "$1" >/dev/null && run=()
-    if "${run[@]}" "$@"; then
+    if ((cap < 60)); then
+        echo "no time left in the budget (TEST_BUDGET_S=$TEST_BUDGET_S): not run"
+        false
+    elif "${run[@]}" "$@"; then
         passed=$((passed + 1))
         printf '==== %s: PASS (%ds) [%s]\n' "$name" "$((SECONDS - start))" "$(elapsed)"
     else
@@ -64,10 +69,9 @@ step "testbed harness: crashes are reported, not retried away" ./scripts/lib/tb-
 mkdir -p build
 testbed_log=build/test-testbed.log
 testbed() {
-    # What is left of the budget, less two minutes for the summary; never
-    # below 10 minutes (a run that slow fails on its own summary).
+    # What is left of the budget, less two minutes for the summary.
     local left=$((TEST_BUDGET_S - SECONDS - 120))
-    ((left >= 600)) || left=600
+    ((left >= 300)) || { echo "testbed: only ${left} s of the budget left: not run"; return 1; }
     echo "testbed: overall timeout ${left} s (TEST_BUDGET_S=${TEST_BUDGET_S}, $(elapsed) used)"
     ./scripts/testbed.sh --overall-timeout "$left" "$@" 2>&1 | tee "$testbed_log"
 }
