@@ -121,10 +121,15 @@ bstats() {
     _sa=$(printf '%s\n' "$_j" | sed -n 's/.*"tiering_smem_accesses":\([0-9]*\).*/\1/p')
     echo "${_t:--1} ${_a:--1} ${_fa:--1} ${_sa:--1}"
 }
+# Every balloon at its target, or stopped at most BALLOON_SLACK short of
+# it: a guest whose FMem holds little but its kernel and services may stop
+# inflating a few pages early (seen: 45 pages of the LC VM's 160 MiB), and
+# the daemon treats such a stop the same way.
+BALLOON_SLACK=$((2 * 1048576))
 balloons_at_target() {
     for v in $VMS; do
         set -- $(bstats "$v")
-        [ "$1" -ge 0 ] && [ "$1" = "$2" ] || return 1
+        [ "$1" -ge 0 ] && [ "$2" -le "$1" ] && [ $(($1 - $2)) -le "$BALLOON_SLACK" ] || return 1
     done
 }
 
