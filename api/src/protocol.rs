@@ -67,8 +67,9 @@ pub enum ApiRequest {
     /// `PUT vm.add-net`: as [`ApiRequest::VmAddDisk`] for a NIC.
     VmAddNet(Box<NetConfig>),
     /// `PUT vm.remove-device`: before boot a disk or NIC leaves the
-    /// configuration; a running VM's guest is asked to eject it and the
-    /// answer waits (bounded) for the eject (virtio-pci; 500 on mmio).
+    /// configuration; a running or paused VM's guest is asked to eject it
+    /// and the answer comes at once, as upstream's: the device is torn
+    /// down when the guest ejects it (virtio-pci; 500 on mmio).
     VmRemoveDevice(VmRemoveDeviceData),
     /// `PUT vm.resize-zone`: needs virtio-mem (500 once the zone exists).
     VmResizeZone(VmResizeZoneData),

@@ -482,7 +482,10 @@ impl Vmm {
 
     fn remove_device(&mut self, id: &str) -> ApiResult {
         let config = self.config.as_ref().ok_or(ApiError::VmNotCreated)?;
-        if !device_ids(config).any(|d| d == id) {
+        // A device whose removal is pending has left the configuration but
+        // not the VM: asking again asks the guest again, as upstream.
+        let pending = self.vm.as_ref().is_some_and(|vm| vm.removal_pending(id));
+        if !pending && !device_ids(config).any(|d| d == id) {
             return Err(ApiError::UnknownDevice(id.to_owned()));
         }
         if matches!(self.state(), Some(VmState::Running | VmState::Paused)) {

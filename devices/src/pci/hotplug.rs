@@ -21,11 +21,12 @@
 //! Only segment 0 exists; with another segment selected PCIU and PCID read
 //! 0 and B0EJ writes are ignored. Ejects are recorded here and signalled
 //! on an eventfd; the VMM tears the device down on its own thread, never
-//! on the vCPU that wrote B0EJ.
+//! on the vCPU that wrote B0EJ. Nothing here waits for the guest: a
+//! removal stays pending ([`PciHotplug::removal_pending`]) until the guest
+//! ejects the slot, however long that takes.
 
 use std::io;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use vmm_sys_util::eventfd::EventFd;
 
@@ -46,8 +47,13 @@ pub const HOTPLUG_SLOTS: u32 = !1;
 
 #[derive(Default)]
 struct State {
+    /// PCIU: added, not yet read by the guest.
     up: u32,
+    /// PCID: removal requested, not yet read by the guest.
     down: u32,
+    /// Removal requested and not yet ejected (read or not).
+    pending: u32,
+    /// Ejected by the guest, not yet taken by the VMM.
     ejected: u32,
     segment: u32,
 }
@@ -56,7 +62,6 @@ struct State {
 /// VMM thread.
 pub struct PciHotplug {
     state: Mutex<State>,
-    ejected_cond: Condvar,
     eject_evt: EventFd,
 }
 
@@ -65,7 +70,6 @@ impl PciHotplug {
     pub fn new() -> io::Result<Self> {
         Ok(Self {
             state: Mutex::new(State::default()),
-            ejected_cond: Condvar::new(),
             eject_evt: EventFd::new(libc::EFD_NONBLOCK)?,
         })
     }
@@ -75,47 +79,43 @@ impl PciHotplug {
     }
 
     /// Records that a device appeared in `slot` (the guest learns it at
-    /// its next PCIU read). Forgets any earlier eject of that slot.
+    /// its next PCIU read). Forgets any earlier request or eject of that
+    /// slot: they were about the device that left it.
     pub fn device_added(&self, slot: u8) {
         let bit = slot_bit(slot);
         let mut s = self.state();
         s.up |= bit;
         s.down &= !bit;
+        s.pending &= !bit;
         s.ejected &= !bit;
     }
 
-    /// Asks the guest to give up the device in `slot` (PCID).
+    /// Asks the guest to give up the device in `slot` (PCID). Asking again
+    /// while the removal is pending asks the guest again.
     pub fn request_removal(&self, slot: u8) {
         let bit = slot_bit(slot);
         let mut s = self.state();
         s.down |= bit;
+        s.pending |= bit;
         s.up &= !bit;
     }
 
-    /// Slots the guest ejected since the last call, as a bitmap.
-    pub fn take_ejected(&self) -> u32 {
-        let _ = self.eject_evt.read();
-        std::mem::take(&mut self.state().ejected)
+    /// Whether the removal of `slot` was requested and the guest has not
+    /// ejected it yet.
+    pub fn removal_pending(&self, slot: u8) -> bool {
+        self.state().pending & slot_bit(slot) != 0
     }
 
-    /// Waits until the guest ejected `slot`, at most `bound`. True if it
-    /// did (the eject stays recorded for [`PciHotplug::take_ejected`]).
-    pub fn wait_for_eject(&self, slot: u8, bound: Duration) -> bool {
-        let bit = slot_bit(slot);
-        let deadline = Instant::now() + bound;
+    /// Slots the guest ejected since the last call, as a bitmap. Their
+    /// requests are fulfilled: a PCID bit the guest has not read yet is
+    /// withdrawn, so a later device in the slot is not asked to leave.
+    pub fn take_ejected(&self) -> u32 {
+        let _ = self.eject_evt.read();
         let mut s = self.state();
-        while s.ejected & bit == 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            s = self
-                .ejected_cond
-                .wait_timeout(s, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-        true
+        let ejected = std::mem::take(&mut s.ejected);
+        s.down &= !ejected;
+        s.pending &= !ejected;
+        ejected
     }
 
     /// Readable whenever the guest ejected a slot.
@@ -146,7 +146,6 @@ impl PciHotplug {
                 if bits != 0 {
                     s.ejected |= bits;
                     drop(s);
-                    self.ejected_cond.notify_all();
                     if let Err(e) = self.eject_evt.write(1) {
                         log::error!("PCI hotplug: signalling an eject: {e}");
                     }
@@ -237,15 +236,15 @@ mod tests {
     }
 
     #[test]
-    fn eject_is_recorded_signalled_and_wakes_a_waiter() {
+    fn eject_is_recorded_and_signalled_on_the_eventfd() {
         let (hp, mut r) = regs();
         hp.request_removal(7);
-        let waiter = {
-            let hp = hp.clone();
-            std::thread::spawn(move || hp.wait_for_eject(7, Duration::from_secs(10)))
-        };
+        assert_eq!(
+            hp.eject_event().read().map_err(|e| e.kind()),
+            Err(io::ErrorKind::WouldBlock),
+            "a request alone signals nothing"
+        );
         r.write(B0EJ, &(1u32 << 7).to_le_bytes());
-        assert!(waiter.join().unwrap());
         assert_eq!(hp.eject_event().read().unwrap(), 1);
         assert_eq!(hp.take_ejected(), 1 << 7);
         assert_eq!(hp.take_ejected(), 0);
@@ -254,12 +253,48 @@ mod tests {
     }
 
     #[test]
-    fn a_guest_that_never_ejects_times_out() {
-        let (hp, _r) = regs();
+    fn a_removal_stays_pending_until_the_guest_ejects_and_can_be_asked_again() {
+        let (hp, mut r) = regs();
+        hp.device_added(2);
+        assert!(!hp.removal_pending(2));
         hp.request_removal(2);
-        let t = Instant::now();
-        assert!(!hp.wait_for_eject(2, Duration::from_millis(50)));
-        assert!(t.elapsed() >= Duration::from_millis(50));
+        assert!(hp.removal_pending(2));
+        assert_eq!(read32(&mut r, PCID), 1 << 2);
+        // The guest read the request but did not eject: still pending, and
+        // nothing is waiting for it.
+        assert!(hp.removal_pending(2));
+        assert_eq!(hp.take_ejected(), 0);
+        // Asking again shows the slot in PCID again.
+        hp.request_removal(2);
+        assert_eq!(read32(&mut r, PCID), 1 << 2);
+        r.write(B0EJ, &(1u32 << 2).to_le_bytes());
+        assert_eq!(hp.take_ejected(), 1 << 2);
+        assert!(!hp.removal_pending(2));
+    }
+
+    #[test]
+    fn an_eject_withdraws_an_unread_request_so_the_next_device_in_the_slot_stays() {
+        let (hp, mut r) = regs();
+        hp.request_removal(4);
+        assert_eq!(read32(&mut r, PCID), 1 << 4);
+        // Asked again after the guest's read, then the guest ejects (for
+        // the first request): the second PCID bit must not outlive it.
+        hp.request_removal(4);
+        r.write(B0EJ, &(1u32 << 4).to_le_bytes());
+        assert_eq!(hp.take_ejected(), 1 << 4);
+        assert_eq!(read32(&mut r, PCID), 0);
+        hp.device_added(4);
+        assert!(!hp.removal_pending(4));
+        assert_eq!(read32(&mut r, PCIU), 1 << 4);
+        assert_eq!(read32(&mut r, PCID), 0);
+    }
+
+    #[test]
+    fn an_add_forgets_a_pending_removal_of_the_slot() {
+        let (hp, _r) = regs();
+        hp.request_removal(6);
+        hp.device_added(6);
+        assert!(!hp.removal_pending(6));
     }
 
     #[test]

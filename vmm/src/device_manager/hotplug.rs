@@ -3,16 +3,20 @@
 //!
 //! Add: the device goes on the bus like a cold-plugged one (its thread,
 //! BAR, vectors), then the controller's PCIU bit and a GED event tell the
-//! guest, whose `acpiphp` rescans the slot. Remove: the PCID bit and a GED
-//! event ask the guest to let go; its driver unbinds and `_EJ0` writes
-//! B0EJ; only then does the VMM take the device off the bus, out of KVM
-//! and stop its thread ([`DeviceManager::complete_ejects`]). A guest that
-//! ejects a slot on its own (sysfs `power` 0) is served the same way.
+//! guest, whose `acpiphp` rescans the slot. On a paused VM the device is
+//! plugged paused (interrupts held, threads parked) and the guest takes
+//! the GED interrupt when it runs again. Remove: the PCID bit and a GED
+//! event ask the guest to let go, and the request returns; the device
+//! keeps working meanwhile. When the guest's driver has unbound, `_EJ0`
+//! writes B0EJ, and only then does the VMM take the device off the bus,
+//! out of KVM and stop its thread ([`DeviceManager::complete_ejects`], on
+//! the VMM thread's eject event). Nothing waits for the guest, which may
+//! never eject. A guest that ejects a slot on its own (sysfs `power` 0)
+//! is served the same way.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use api::DeviceNode;
 use arch::layout;
@@ -33,16 +37,13 @@ pub enum HotplugError {
     /// No device has this id.
     #[error("no device with id {0:?}")]
     UnknownDevice(String),
-    /// The guest did not eject the device in time.
-    #[error(
-        "the guest did not eject device {id:?} within {bound:?}; it stays attached \
-         (it is removed if the guest ejects it later)"
-    )]
-    NotEjected {
+    /// The device could not be parked like the rest of a paused VM.
+    #[error("pausing the new device {id} like the rest of the paused VM: {reason}")]
+    Pause {
         /// Device id.
         id: String,
-        /// How long the VMM waited.
-        bound: Duration,
+        /// What failed.
+        reason: String,
     },
     /// Building or wiring the device failed.
     #[error(transparent)]
@@ -58,14 +59,17 @@ pub fn bdf(slot: u8) -> String {
 }
 
 impl DeviceManager {
-    /// Attaches `device` as `id` while the guest runs and tells the guest
-    /// (PCIU, GED). Returns the device's slot.
+    /// Attaches `device` as `id` to the booted VM and tells the guest
+    /// (PCIU, GED). With `paused`, the VM is paused: the device is parked
+    /// like the others, and [`DeviceManager::resume`] starts it with them.
+    /// Returns the device's slot.
     pub fn hotplug_virtio(
         &mut self,
         vm_fd: &VmFd,
         mem: &GuestMemoryMmap,
         id: String,
         device: Arc<Mutex<dyn VirtioDevice>>,
+        paused: bool,
     ) -> Result<u8, HotplugError> {
         if self.pci.is_none() {
             return Err(HotplugError::NotPci);
@@ -74,6 +78,12 @@ impl DeviceManager {
         let slot = self
             .pci_slot(&id)
             .ok_or_else(|| VmError::Device(format!("{id} has no PCI slot after attach")))?;
+        if paused {
+            if let Err(reason) = self.pause_device(&id) {
+                self.detach_now(vm_fd, &id);
+                return Err(HotplugError::Pause { id, reason });
+            }
+        }
         if let Some(pci) = &self.pci {
             pci.hotplug().device_added(slot);
         }
@@ -97,23 +107,60 @@ impl DeviceManager {
         }
     }
 
-    /// Asks the guest to eject the device `id` (PCID, GED). Returns its
-    /// slot, to wait on with [`DeviceManager::wait_for_eject`].
+    /// Holds back the interrupts of the device `id` and parks its threads,
+    /// as [`DeviceManager::pause`] does for every device.
+    fn pause_device(&self, id: &str) -> Result<(), String> {
+        let Some(slot) = self.virtio.iter().find(|s| s.id == id) else {
+            return Err(format!("no device {id}"));
+        };
+        slot.transport.hold_interrupts();
+        for thread in slot.threads() {
+            if let Err(e) = thread.handle().pause(super::DEVICE_PAUSE_WAIT) {
+                for t in slot.threads() {
+                    let _ = t.handle().resume();
+                }
+                let _ = slot.transport.release_interrupts();
+                return Err(e.to_string());
+            }
+        }
+        Ok(())
+    }
+
+    /// Asks the guest to eject the device `id` (PCID, GED) and returns at
+    /// once with its slot: the device goes when the guest ejects it
+    /// ([`DeviceManager::complete_ejects`]). Asking again for a device
+    /// whose removal is pending asks the guest again.
     pub fn request_unplug(&self, id: &str) -> Result<u8, HotplugError> {
+        if !self.has_device(id) {
+            return Err(HotplugError::UnknownDevice(id.to_owned()));
+        }
         let pci = self.pci.as_ref().ok_or(HotplugError::NotPci)?;
         let slot = self
             .pci_slot(id)
             .ok_or_else(|| HotplugError::UnknownDevice(id.to_owned()))?;
+        let again = pci.hotplug().removal_pending(slot);
         pci.hotplug().request_removal(slot);
         self.notify_pci_change()?;
+        log::info!(
+            "asked the guest to eject {id} at {}{}",
+            bdf(slot),
+            if again { " (again)" } else { "" }
+        );
         Ok(slot)
     }
 
-    /// Waits at most `bound` for the guest to eject `slot`.
-    pub fn wait_for_eject(&self, slot: u8, bound: Duration) -> bool {
-        self.pci
-            .as_ref()
-            .is_some_and(|pci| pci.hotplug().wait_for_eject(slot, bound))
+    /// Whether the removal of `id` was requested and the guest has not
+    /// ejected it yet (it is still attached and working).
+    pub fn removal_pending(&self, id: &str) -> bool {
+        match (&self.pci, self.pci_slot(id)) {
+            (Some(pci), Some(slot)) => pci.hotplug().removal_pending(slot),
+            _ => false,
+        }
+    }
+
+    /// Whether a virtio device `id` is attached (pending removals too).
+    pub fn has_device(&self, id: &str) -> bool {
+        self.virtio.iter().any(|s| s.id == id)
     }
 
     /// Takes every device the guest ejected off the bus and out of KVM and

@@ -1,10 +1,10 @@
-//! Hot-plugging disks and NICs into a running VM (`vm.add-disk`,
-//! `vm.add-net`) and unplugging them (`vm.remove-device`), on virtio-pci.
+//! Hot-plugging disks and NICs into a booted VM, running or paused
+//! (`vm.add-disk`, `vm.add-net`), and unplugging them (`vm.remove-device`),
+//! on virtio-pci.
 
 use std::collections::BTreeMap;
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use api::DeviceNode;
 use vm_config::{DiskConfig, NetConfig};
@@ -12,27 +12,32 @@ use vm_config::{DiskConfig, NetConfig};
 use super::Vm;
 use crate::device_manager::hotplug::{bdf, HotplugError};
 
-/// How long `vm.remove-device` waits for the guest to eject the device.
-/// Linux's acpiphp unbinds the driver (a disk flushes its cache first)
-/// and evaluates `_EJ0`; in the nested testbed that takes seconds, so the
-/// bound is generous but well below the API's 60 s answer deadline.
-pub const EJECT_WAIT: Duration = Duration::from_secs(20);
-
 impl Vm {
-    /// Builds the disk `id` (its image is opened now) and hot-plugs it.
+    /// Builds the disk `id` (its image is opened now) and hot-plugs it;
+    /// `paused`: the VM is paused and the disk starts paused with it.
     /// Returns its BDF.
-    pub fn hotplug_disk(&mut self, id: String, cfg: &DiskConfig) -> Result<String, HotplugError> {
+    pub fn hotplug_disk(
+        &mut self,
+        id: String,
+        cfg: &DiskConfig,
+        paused: bool,
+    ) -> Result<String, HotplugError> {
         self.check_pci()?;
         let (id, dev) = crate::io_devices::create_disk(id, cfg)?;
-        self.hotplug(id, Arc::new(Mutex::new(dev)))
+        self.hotplug(id, Arc::new(Mutex::new(dev)), paused)
     }
 
-    /// Builds the NIC `id` (its TAP is opened now) and hot-plugs it.
-    /// Returns its BDF.
-    pub fn hotplug_net(&mut self, id: String, cfg: &NetConfig) -> Result<String, HotplugError> {
+    /// Builds the NIC `id` (its TAP is opened now) and hot-plugs it;
+    /// `paused` as for [`Vm::hotplug_disk`]. Returns its BDF.
+    pub fn hotplug_net(
+        &mut self,
+        id: String,
+        cfg: &NetConfig,
+        paused: bool,
+    ) -> Result<String, HotplugError> {
         self.check_pci()?;
         let (id, dev) = crate::io_devices::create_net(id, cfg)?;
-        self.hotplug(id, Arc::new(Mutex::new(dev)))
+        self.hotplug(id, Arc::new(Mutex::new(dev)), paused)
     }
 
     fn check_pci(&self) -> Result<(), HotplugError> {
@@ -46,20 +51,31 @@ impl Vm {
         &mut self,
         id: String,
         dev: Arc<Mutex<dyn devices::virtio::VirtioDevice>>,
+        paused: bool,
     ) -> Result<String, HotplugError> {
         let mem = self.memory.guest_memory();
-        let slot = self.devices.hotplug_virtio(&self.vm_fd, mem, id, dev)?;
+        let slot = self
+            .devices
+            .hotplug_virtio(&self.vm_fd, mem, id, dev, paused)?;
         Ok(bdf(slot))
     }
 
-    /// Asks the guest to eject `id`, waits at most `bound` for it, then
-    /// tears the device down. On timeout the device stays attached.
-    /// Returns every device torn down (others the guest ejected meanwhile
-    /// go too) and whether `id` was among them.
-    pub fn hot_unplug(&mut self, id: &str, bound: Duration) -> Result<Vec<String>, HotplugError> {
-        let slot = self.devices.request_unplug(id)?;
-        self.devices.wait_for_eject(slot, bound);
-        Ok(self.devices.complete_ejects(&self.vm_fd))
+    /// Asks the guest to eject `id` and returns at once; the device is
+    /// torn down when the guest ejects it ([`Vm::complete_ejects`]), and
+    /// stays attached and working until then.
+    pub fn hot_unplug(&self, id: &str) -> Result<(), HotplugError> {
+        self.devices.request_unplug(id).map(|_| ())
+    }
+
+    /// Whether `id`'s removal was requested and the guest has not ejected
+    /// it yet.
+    pub fn removal_pending(&self, id: &str) -> bool {
+        self.devices.removal_pending(id)
+    }
+
+    /// Whether a virtio device `id` is attached (pending removals too).
+    pub fn has_device(&self, id: &str) -> bool {
+        self.devices.has_device(id)
     }
 
     /// Tears down what the guest ejected on its own; returns those ids.

@@ -1,19 +1,58 @@
 //! `vm.add-disk`, `vm.add-net` and `vm.remove-device`: before boot they
-//! change the configuration; on a running VM they hot-plug through ACPI
-//! PCI hotplug (virtio-pci) and the configuration follows the device, so
-//! `vm.info`, `vm.counters` and a reboot all see what the guest sees.
+//! change the configuration; on a booted VM (running or paused, as
+//! upstream) they hot-plug through ACPI PCI hotplug (virtio-pci).
+//!
+//! An added device is in the configuration, `vm.info`'s device tree and
+//! `vm.counters` when the answer comes. A removal answers at once, as
+//! upstream's: the configuration forgets the device then (a reboot or the
+//! next boot does not bring it back), while the device stays attached,
+//! working, in the device tree and in `vm.counters` until the guest ejects
+//! it; its id stays taken until then. Asking again asks the guest again.
 
 use api::{ApiError, ApiResponse, ApiResult, PciDeviceInfo, VmState};
 use vm_config::{DiskConfig, NetConfig, VmConfig};
 
 use super::Vmm;
 use crate::device_manager::hotplug::HotplugError;
-use crate::vm::hotplug::EJECT_WAIT;
 
 /// A device to add.
 pub(super) enum NewDevice {
     Disk(DiskConfig),
     Net(NetConfig),
+}
+
+impl NewDevice {
+    fn id(&self) -> Option<&str> {
+        match self {
+            NewDevice::Disk(d) => d.id.as_deref(),
+            NewDevice::Net(n) => n.id.as_deref(),
+        }
+    }
+
+    fn set_id(&mut self, id: String) {
+        match self {
+            NewDevice::Disk(d) => d.id = Some(id),
+            NewDevice::Net(n) => n.id = Some(id),
+        }
+    }
+
+    /// The prefix of the ids generated for this kind (upstream's).
+    fn id_prefix(&self) -> &'static str {
+        match self {
+            NewDevice::Disk(_) => "_disk",
+            NewDevice::Net(_) => "_net",
+        }
+    }
+}
+
+/// The lowest `{prefix}N` that `taken` does not claim: the id the
+/// configuration would generate, kept clear of ids that attached devices
+/// still hold (a removal the guest has not carried out yet).
+pub(super) fn fresh_id(prefix: &str, taken: impl Fn(&str) -> bool) -> String {
+    (0usize..)
+        .map(|n| format!("{prefix}{n}"))
+        .find(|id| !taken(id))
+        .unwrap_or_else(|| format!("{prefix}{}", usize::MAX))
 }
 
 /// `config` with every disk and NIC carrying the id it has now, so that
@@ -53,20 +92,36 @@ fn api_error(e: HotplugError) -> ApiError {
 
 impl Vmm {
     /// `vm.add-disk` / `vm.add-net`.
-    pub(super) fn add_device(&mut self, device: NewDevice) -> ApiResult {
+    pub(super) fn add_device(&mut self, mut device: NewDevice) -> ApiResult {
         let state = self.state();
         let config = self.config.as_ref().ok_or(ApiError::VmNotCreated)?;
-        let own_id = match &device {
-            NewDevice::Disk(d) => d.id.as_deref(),
-            NewDevice::Net(n) => n.id.as_deref(),
-        };
-        if let Some(id) = own_id.filter(|id| super::device_ids(config).any(|d| d == *id)) {
-            // Upstream's words for it.
-            return Err(ApiError::ConfigValidation(format!(
-                "Identifier {id} is not unique"
-            )));
+        if let Some(id) = device.id() {
+            if super::device_ids(config).any(|d| d == id) {
+                // Upstream's words for it.
+                return Err(ApiError::ConfigValidation(format!(
+                    "Identifier {id} is not unique"
+                )));
+            }
+            if self.vm.as_ref().is_some_and(|vm| vm.has_device(id)) {
+                return Err(ApiError::Internal(format!(
+                    "Identifier {id} is not unique: the device with this id is still attached \
+                     (its removal waits for the guest to eject it)"
+                )));
+            }
         }
+        let booted = matches!(state, Some(VmState::Running | VmState::Paused));
         let mut changed = with_pinned_ids(config);
+        if booted && device.id().is_none() {
+            // Name it now, as the configuration would, but clear of the
+            // ids of devices the guest has not ejected yet.
+            let (disk_ids, net_ids) = changed.device_ids();
+            let vm = self.vm.as_ref();
+            let id = fresh_id(device.id_prefix(), |c| {
+                disk_ids.iter().chain(&net_ids).any(|d| d == c)
+                    || vm.is_some_and(|vm| vm.has_device(c))
+            });
+            device.set_id(id);
+        }
         match &device {
             NewDevice::Disk(d) => changed.disks.get_or_insert_with(Vec::new).push(d.clone()),
             NewDevice::Net(n) => changed.net.get_or_insert_with(Vec::new).push(n.clone()),
@@ -76,65 +131,32 @@ impl Vmm {
         changed
             .validate()
             .map_err(|e| ApiError::ConfigValidation(e.to_string()))?;
-        match state {
-            Some(VmState::Running) => {}
-            Some(VmState::Paused) => {
-                return Err(ApiError::Internal(
-                    "the VM is paused: resume it first (the guest takes part in hotplug)".into(),
-                ))
-            }
-            _ => {
-                self.config = Some(changed);
-                return Ok(ApiResponse::Empty);
-            }
+        if !booted {
+            self.config = Some(changed);
+            return Ok(ApiResponse::Empty);
         }
-        // The new device is the last of its list; name it as the
-        // configuration will (its own id, or the next free `_diskN`).
-        let (disk_ids, net_ids) = changed.device_ids();
+        // A paused VM gets the device now, parked with the rest; the guest
+        // takes the hotplug interrupt when it is resumed.
+        let paused = state == Some(VmState::Paused);
+        let id = device.id().unwrap_or_default().to_owned();
         let vm = self.vm.as_mut().ok_or(ApiError::VmNotRunning)?;
-        let (id, bdf) = match device {
-            NewDevice::Disk(d) => {
-                let id = disk_ids.last().cloned().unwrap_or_default();
-                let bdf = vm.hotplug_disk(id.clone(), &d).map_err(api_error)?;
-                if let Some(last) = changed.disks.as_mut().and_then(|v| v.last_mut()) {
-                    last.id = Some(id.clone());
-                }
-                (id, bdf)
-            }
-            NewDevice::Net(n) => {
-                let id = net_ids.last().cloned().unwrap_or_default();
-                let bdf = vm.hotplug_net(id.clone(), &n).map_err(api_error)?;
-                if let Some(last) = changed.net.as_mut().and_then(|v| v.last_mut()) {
-                    last.id = Some(id.clone());
-                }
-                (id, bdf)
-            }
-        };
+        let bdf = match &device {
+            NewDevice::Disk(d) => vm.hotplug_disk(id.clone(), d, paused),
+            NewDevice::Net(n) => vm.hotplug_net(id.clone(), n, paused),
+        }
+        .map_err(api_error)?;
         self.config = Some(changed);
         Ok(ApiResponse::PciDeviceInfo(PciDeviceInfo { id, bdf }))
     }
 
-    /// `vm.remove-device` on a running VM: the guest is asked to eject the
-    /// device; the answer waits for it (at most [`EJECT_WAIT`]).
+    /// `vm.remove-device` on a booted VM: asks the guest to eject the
+    /// device and answers at once (see the module's comment). A guest
+    /// that never ejects keeps the device; nothing waits for it.
     pub(super) fn hot_remove_device(&mut self, id: &str) -> ApiResult {
-        if self.state() == Some(VmState::Paused) {
-            return Err(ApiError::Internal(
-                "the VM is paused: resume it first (the guest must eject the device)".into(),
-            ));
-        }
-        let vm = self.vm.as_mut().ok_or(ApiError::VmNotRunning)?;
-        let removed = vm.hot_unplug(id, EJECT_WAIT).map_err(api_error)?;
-        // Whatever went (this device, or others the guest ejected
-        // meanwhile) leaves the configuration.
-        self.forget_devices(&removed);
-        if removed.iter().any(|r| r == id) {
-            Ok(ApiResponse::Empty)
-        } else {
-            Err(api_error(HotplugError::NotEjected {
-                id: id.to_owned(),
-                bound: EJECT_WAIT,
-            }))
-        }
+        let vm = self.vm.as_ref().ok_or(ApiError::VmNotRunning)?;
+        vm.hot_unplug(id).map_err(api_error)?;
+        self.forget_devices(&[id.to_owned()]);
+        Ok(ApiResponse::Empty)
     }
 
     /// The guest ejected slots on its own: tear those devices down.
@@ -179,5 +201,27 @@ mod tests {
         let (disks, nets) = removed.device_ids();
         assert_eq!(disks, ["_disk1", "_disk2"]);
         assert_eq!(nets, ["_net2"]);
+    }
+
+    #[test]
+    fn a_generated_id_is_the_configurations_and_skips_ids_still_attached() {
+        // With every id pinned, the configuration names a new unnamed disk
+        // with the lowest free `_diskN`; fresh_id agrees.
+        let c = with_pinned_ids(&VmConfig {
+            disks: Some(vec![DiskConfig::new("/a"), DiskConfig::new("/b")]),
+            net: Some(vec![NetConfig::default()]),
+            ..Default::default()
+        });
+        let without = without_device(&c, "_disk0");
+        let (disks, nets) = without.device_ids();
+        let in_config = |id: &str| disks.iter().chain(&nets).any(|d| d == id);
+        let mut added = without.clone();
+        added.disks.as_mut().unwrap().push(DiskConfig::new("/c"));
+        assert_eq!(added.device_ids().0.last().unwrap(), "_disk0");
+        assert_eq!(fresh_id("_disk", in_config), "_disk0");
+        // ... but _disk0 is still attached while its removal is pending.
+        let attached = |id: &str| in_config(id) || id == "_disk0";
+        assert_eq!(fresh_id("_disk", attached), "_disk2");
+        assert_eq!(fresh_id("_net", attached), "_net0");
     }
 }

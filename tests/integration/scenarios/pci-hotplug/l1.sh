@@ -8,12 +8,15 @@
 # writes a 1 MiB pattern with fsync and checks it after a cache drop, and
 # pings the host end of the new TAP. vm.counters and vm.info's device tree
 # must show both with their PCI address. Then vm.remove-device takes both
-# away: the answer comes once the guest ejected them; vm.counters and
-# vm.info no longer list them, the guest no longer sees them, and the
-# pattern is in the disk file on the host. Every fourth cycle is driven by
-# upstream Cloud Hypervisor v53's ch-remote (the anchors), the others by
-# ours. Meanwhile the guest writes and re-reads its boot disk without a
-# single mismatch.
+# away: the answer comes at once (as upstream's) and the VMM tears each
+# device down when the guest ejects it; then vm.counters and vm.info no
+# longer list them, the guest no longer sees them, and the pattern is in
+# the disk file on the host. Cycles 5 and 15 add and remove while the VM
+# is paused (as upstream allows): the devices are plugged at once, the
+# guest finds them once resumed, and ejects only once resumed. Every
+# fourth cycle is driven by upstream Cloud Hypervisor v53's ch-remote (the
+# anchors), the others by ours. Meanwhile the guest writes and re-reads
+# its boot disk without a single mismatch.
 # Bad input on the running VM: a duplicate id, a missing image, removing an
 # unknown id (upstream's 500 and messages), and more disks than the 31
 # slots hold (the first one past the last free slot is refused).
@@ -69,9 +72,20 @@ tree_bdf() { # ID: the device's pci_bdf in vm.info's device tree
         sed -n "s/.*\"$1\":{[^}]*\"pci_bdf\":\"\([0-9a-f:.]*\)\".*/\1/p"
 }
 field() { echo "$2" | sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }
+vm_state() { tb_chr info 2>/dev/null | tr -d ' \n' | sed -n 's/.*"state":"\([A-Za-z]*\)".*/\1/p'; }
+both_listed() { counters_have hpd && counters_have hpn; }
+both_gone() { ! counters_have hpd && ! counters_have hpn && [ -z "$(tree_bdf hpd)" ] && [ -z "$(tree_bdf hpn)" ]; }
+wait_both_gone() { # SECS: until the guest ejected both and the VMM tore them down
+    _end=$(($(tb_now_ms) + $1 * 1000))
+    until both_gone; do
+        [ "$(tb_now_ms)" -lt "$_end" ] || return 1
+        sleep 0.1
+    done
+}
 
 ok_cycles=0
 upstream_cycles=0
+paused_cycles=0
 cycle() { # N WHO
     n=$1
     who=$2
@@ -80,14 +94,22 @@ cycle() { # N WHO
     dd if=/dev/zero of="$img" bs=1M count=4 2>/dev/null
     printf 'TB-HP-%03d' "$n" | dd of="$img" conv=notrunc 2>/dev/null
     fails=0
+    paused=no
+    case $n in 5 | 15) paused=yes ;; esac
+    if [ "$paused" = yes ] && ! chr ours pause >"$TB_OUT/pause-$n.out" 2>&1; then
+        tb_fail "cycle-$n-pause" "$(tr '\n' ' ' <"$TB_OUT/pause-$n.out" | head -c 300)"
+        return
+    fi
     t0=$(tb_now_ms)
     if ! chr "$who" add-disk "path=$img,id=hpd,serial=hpd$n" >"$TB_OUT/add-disk-$n.out" 2>&1; then
         tb_fail "cycle-$n-add-disk" "$who ch-remote: $(tr '\n' ' ' <"$TB_OUT/add-disk-$n.out" | head -c 300)"
+        [ "$paused" = no ] || chr ours resume >/dev/null 2>&1
         return
     fi
     if ! chr "$who" add-net "tap=hpt$n,ip=192.168.30.1,mask=255.255.255.0,mac=$mac,id=hpn" \
         >"$TB_OUT/add-net-$n.out" 2>&1; then
         tb_fail "cycle-$n-add-net" "$who ch-remote: $(tr '\n' ' ' <"$TB_OUT/add-net-$n.out" | head -c 300)"
+        [ "$paused" = no ] || chr ours resume >/dev/null 2>&1
         return
     fi
     add_ms=$(($(tb_now_ms) - t0))
@@ -105,6 +127,17 @@ cycle() { # N WHO
         fails=$((fails + 1))
         tb_log "cycle $n: vm.counters lacks hpd or hpn"
     }
+    if [ "$paused" = yes ]; then
+        # Plugged while paused: the VM stays paused until resumed.
+        [ "$(vm_state)" = Paused ] || {
+            fails=$((fails + 1))
+            tb_log "cycle $n: state '$(vm_state)' after adding to a paused VM"
+        }
+        chr ours resume >"$TB_OUT/resume-$n.out" 2>&1 || {
+            fails=$((fails + 1))
+            tb_log "cycle $n: resume: $(tr '\n' ' ' <"$TB_OUT/resume-$n.out")"
+        }
+    fi
     line=$(tb_vmm_ask "add $n" "@@HP ADDED $n .* end" 150) || line=""
     tb_log "cycle $n ($who): add ${add_ms} ms; guest: ${line:-no answer}"
     [ "$(field marker "$line")" = "$(printf 'TB-HP-%03d' "$n" | head -c 9)" ] &&
@@ -112,6 +145,10 @@ cycle() { # N WHO
         [ "$(field ping "$line")" = ok ] || fails=$((fails + 1))
     seen=$(field seen_ms "$line")
     [ -n "$seen" ] && tb_fact "cycle_${n}_guest_seen_ms" "$seen"
+    if [ "$paused" = yes ] && ! chr ours pause >"$TB_OUT/pause-$n.out" 2>&1; then
+        fails=$((fails + 1))
+        tb_log "cycle $n: pause before removal: $(tr '\n' ' ' <"$TB_OUT/pause-$n.out")"
+    fi
     t0=$(tb_now_ms)
     chr "$who" remove-device hpd >"$TB_OUT/remove-disk-$n.out" 2>&1 || {
         fails=$((fails + 1))
@@ -121,11 +158,25 @@ cycle() { # N WHO
         fails=$((fails + 1))
         tb_log "cycle $n: remove hpn: $(tr '\n' ' ' <"$TB_OUT/remove-net-$n.out")"
     }
-    tb_log "cycle $n: removal of both took $(($(tb_now_ms) - t0)) ms"
-    ! counters_have hpd && ! counters_have hpn && [ -z "$(tree_bdf hpd)" ] || {
+    answer_ms=$(($(tb_now_ms) - t0))
+    if [ "$paused" = yes ]; then
+        # A paused guest cannot eject: both stay until it runs again.
+        both_listed || {
+            fails=$((fails + 1))
+            tb_log "cycle $n: hpd or hpn left while the guest was paused"
+        }
+        chr ours resume >"$TB_OUT/resume-$n.out" 2>&1 || {
+            fails=$((fails + 1))
+            tb_log "cycle $n: resume: $(tr '\n' ' ' <"$TB_OUT/resume-$n.out")"
+        }
+    fi
+    # The answers do not wait for the guest; its ejects complete the removal.
+    wait_both_gone 60 || {
         fails=$((fails + 1))
-        tb_log "cycle $n: hpd or hpn still listed after removal"
+        tb_log "cycle $n: hpd or hpn still listed 60 s after removal"
     }
+    tb_log "cycle $n: remove answers ${answer_ms} ms, both ejected and torn down after $(($(tb_now_ms) - t0)) ms (paused: $paused)"
+    tb_fact "cycle_${n}_remove_answer_ms" "$answer_ms"
     [ "$(dd if="$img" bs=64k skip=16 count=16 2>/dev/null | sha256sum | cut -d ' ' -f 1)" = \
         "$(yes "TB-HP-$n" | head -c $MIB | sha256sum | cut -d ' ' -f 1)" ] || {
         fails=$((fails + 1))
@@ -140,6 +191,7 @@ cycle() { # N WHO
     if [ "$fails" = 0 ]; then
         ok_cycles=$((ok_cycles + 1))
         [ "$who" = upstream ] && upstream_cycles=$((upstream_cycles + 1))
+        [ "$paused" = yes ] && paused_cycles=$((paused_cycles + 1))
     else
         tb_fail "cycle-$n" "$fails check(s) failed ($who ch-remote); see the log"
     fi
@@ -170,6 +222,7 @@ if tb_vmm_wait_line '@@HP READY' 240; then
     done
     tb_check_eq hotplug-cycles-passed "$CYCLES" "$ok_cycles"
     [ -n "$UPSTREAM" ] && tb_check_ge cycles-driven-by-upstream-ch-remote "$upstream_cycles" 1
+    tb_check_eq cycles-on-a-paused-vm-passed 2 "$paused_cycles"
 
     # --- bad input on the running VM ---------------------------------------
     dd if=/dev/zero of="$HP/dup.img" bs=1M count=1 2>/dev/null
