@@ -194,7 +194,7 @@ if boot_vm mmio \
         else
             tb_fail e-balloon-deflated-before-shrink "actual $(tb_balloon_field smem actual)"
         fi
-        gm e0
+        gm e0d # a new tag: tb_vmm_ask would take e0's answer again
         e0=$T1
         held=0
         resize e-smem-shrink-128 smem 640 128
