@@ -59,17 +59,24 @@ pub fn min_np(vms: &[BeVm<'_>], alloc: &[u64], unit_bytes: u64) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-fn score(vms: &[BeVm<'_>], alloc: &[u64], unit_bytes: u64) -> f64 {
-    if vms.is_empty() {
-        return 0.0;
-    }
-    let nps: Vec<f64> = vms
-        .iter()
+fn nps(vms: &[BeVm<'_>], alloc: &[u64], unit_bytes: u64) -> Vec<f64> {
+    vms.iter()
         .zip(alloc)
         .map(|(v, &m)| v.profile.np(m.saturating_mul(unit_bytes)))
-        .collect();
+        .collect()
+}
+
+/// The annealer's objective from each VM's NP.
+fn score_of(nps: &[f64]) -> f64 {
+    if nps.is_empty() {
+        return 0.0;
+    }
     let min = nps.iter().copied().fold(f64::INFINITY, f64::min);
     min + MEAN_TIE_BREAK * nps.iter().sum::<f64>() / nps.len() as f64
+}
+
+fn score(vms: &[BeVm<'_>], alloc: &[u64], unit_bytes: u64) -> f64 {
+    score_of(&nps(vms, alloc, unit_bytes))
 }
 
 /// Algorithm 2: splits `total` units among `vms`. Returns shares within
@@ -82,7 +89,12 @@ pub fn anneal(vms: &[BeVm<'_>], total: u64, unit_bytes: u64, p: &AnnealParams) -
     if n < 2 {
         return cur;
     }
-    let mut cur_score = score(vms, &cur, unit_bytes);
+    // Each VM's NP, updated for the two VMs a swap touches rather than
+    // looked up in every profile at every iteration; the score stays the
+    // same sum over the same values, so the walk is unchanged.
+    let mut cur_np = nps(vms, &cur, unit_bytes);
+    let np_at = |k: usize, m: u64| vms[k].profile.np(m.saturating_mul(unit_bytes));
+    let mut cur_score = score_of(&cur_np);
     let (mut best, mut best_score) = (cur.clone(), cur_score);
     let mut rng = SmallRng::seed_from_u64(p.seed);
     let mut t = p.t0;
@@ -100,9 +112,12 @@ pub fn anneal(vms: &[BeVm<'_>], total: u64, unit_bytes: u64, p: &AnnealParams) -
         if cur[gain] >= bounds[gain].1 || cur[lose] <= bounds[lose].0 {
             continue;
         }
+        let (np_gain, np_lose) = (cur_np[gain], cur_np[lose]);
         cur[gain] += 1;
         cur[lose] -= 1;
-        let s = score(vms, &cur, unit_bytes);
+        cur_np[gain] = np_at(gain, cur[gain]);
+        cur_np[lose] = np_at(lose, cur[lose]);
+        let s = score_of(&cur_np);
         let delta = s - cur_score;
         if delta > 0.0 || rng.random::<f64>() < (delta / t).exp() {
             cur_score = s;
@@ -113,6 +128,8 @@ pub fn anneal(vms: &[BeVm<'_>], total: u64, unit_bytes: u64, p: &AnnealParams) -
         } else {
             cur[gain] -= 1;
             cur[lose] += 1;
+            cur_np[gain] = np_gain;
+            cur_np[lose] = np_lose;
         }
     }
     best
@@ -200,6 +217,74 @@ mod tests {
                     "n={n} total={total}: SA {a} vs brute force {b}"
                 );
                 assert!(sa.iter().sum::<u64>() <= total);
+            }
+        }
+    }
+
+    /// Algorithm 2 with the whole score recomputed at every step: what
+    /// [`anneal`]'s per-VM NP cache must reproduce exactly.
+    fn anneal_by_full_score(vms: &[BeVm<'_>], total: u64, p: &AnnealParams) -> Vec<u64> {
+        let n = vms.len();
+        let bounds: Vec<(u64, u64)> = vms.iter().map(|v| (v.min_units, v.max_units)).collect();
+        let mut cur = weighted_fill(total, &bounds, &vec![1.0; n]);
+        let mut cur_score = score(vms, &cur, 1);
+        let (mut best, mut best_score) = (cur.clone(), cur_score);
+        let mut rng = SmallRng::seed_from_u64(p.seed);
+        let mut t = p.t0;
+        for _ in 0..p.max_iters {
+            if t <= p.t_min {
+                break;
+            }
+            t *= p.gamma;
+            let i = rng.random_range(0..n);
+            let mut j = rng.random_range(0..n - 1);
+            if j >= i {
+                j += 1;
+            }
+            let (gain, lose) = if rng.random_bool(0.5) { (i, j) } else { (j, i) };
+            if cur[gain] >= bounds[gain].1 || cur[lose] <= bounds[lose].0 {
+                continue;
+            }
+            cur[gain] += 1;
+            cur[lose] -= 1;
+            let s = score(vms, &cur, 1);
+            let delta = s - cur_score;
+            if delta > 0.0 || rng.random::<f64>() < (delta / t).exp() {
+                cur_score = s;
+                if s > best_score {
+                    best_score = s;
+                    best.clone_from(&cur);
+                }
+            } else {
+                cur[gain] -= 1;
+                cur[lose] += 1;
+            }
+        }
+        best
+    }
+
+    #[test]
+    fn cached_np_anneals_exactly_like_the_full_score() {
+        let profiles: Vec<Profile> = (0..12)
+            .map(|k| concave(1.0 + f64::from(k % 4) * 0.5, 0.1 + 0.07 * f64::from(k), 30))
+            .collect();
+        for n in [2, 5, 12] {
+            for total in [12u64, 40, 150, 400] {
+                let vms: Vec<BeVm> = profiles[..n]
+                    .iter()
+                    .enumerate()
+                    .map(|(k, p)| BeVm {
+                        profile: p,
+                        min_units: (k % 3) as u64,
+                        max_units: 30,
+                    })
+                    .collect();
+                let p = AnnealParams::default();
+                assert_eq!(
+                    anneal(&vms, total, 1, &p),
+                    anneal_by_full_score(&vms, total, &p),
+                    "n={n} total={total}"
+                );
             }
         }
     }

@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use tier_policy::bench::{bench, make_policy};
+use tier_policy::bench::{bench, make_policy_with, BenchMode};
 use tier_policy::daemon::config::Config;
 use tier_policy::daemon::profile::{sweep, Sweep};
 use tier_policy::daemon::vmm::Vmm;
 use tier_policy::daemon::{metrics, read_status, Daemon};
 use tier_policy::policies::mtat::BUILTIN_MODEL_NAME;
+use tier_policy::policies::reserve::ReserveConfig;
 use tier_policy::policies::{Mtat, MtatConfig};
 use tier_policy::profile::ProfileFile;
 use tier_policy::sim::{paper_scenario, LoadTrace, SimConfig, Simulator};
@@ -75,6 +76,9 @@ enum Cmd {
         /// Decide only every interval, never early on an SLO violation.
         #[arg(long)]
         interval_only: bool,
+        /// mtat without the rise reserve (the learned controller alone).
+        #[arg(long)]
+        no_rise_reserve: bool,
     },
     /// Compare every policy in simulation (one JSON line; scripts/bench.sh mtat).
     Bench {
@@ -82,9 +86,13 @@ enum Cmd {
         #[arg(long)]
         model: Option<PathBuf>,
         /// Exit non-zero if a hard invariant fails (budget, slices, SLO at
-        /// constant loads, SA against brute force, calibration).
+        /// constant loads, SA against brute force, calibration, budget at
+        /// scale); runs only what the invariants need unless --full.
         #[arg(long)]
         check: bool,
+        /// With --check: run the whole benchmark, not only the asserted runs.
+        #[arg(long, requires = "check")]
+        full: bool,
     },
     /// Pretrain the LC agent in the simulator and save the model.
     Train {
@@ -140,16 +148,20 @@ fn run_daemon(config: PathBuf, policy: Option<String>, cycles: Option<u64>) -> R
         cfg.policy = p;
     }
     let model = cfg.model.clone();
+    let mtat_cfg = MtatConfig {
+        unit_bytes: cfg.unit_bytes,
+        rise_reserve: (cfg.rise_reserve_s > 0.0).then(|| ReserveConfig {
+            hold_s: cfg.rise_reserve_s,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
     let policy = if cfg.policy == "mtat" && model.is_none() {
         log::info!("mtat without host.model: the LC agent is the {BUILTIN_MODEL_NAME}");
-        let mtat = Mtat::builtin(MtatConfig {
-            unit_bytes: cfg.unit_bytes,
-            ..Default::default()
-        })
-        .map_err(|e| e.to_string())?;
+        let mtat = Mtat::builtin(mtat_cfg).map_err(|e| e.to_string())?;
         Box::new(mtat)
     } else {
-        make_policy(&cfg.policy, model.as_deref(), cfg.unit_bytes)?
+        make_policy_with(&cfg.policy, model.as_deref(), mtat_cfg)?
     };
     let listen = cfg.metrics_listen.clone();
     let interval = cfg.interval_s;
@@ -226,6 +238,7 @@ fn sim(
     seconds: u64,
     model: Option<PathBuf>,
     interval_only: bool,
+    no_rise_reserve: bool,
 ) -> Result<(), String> {
     let trace = match trace {
         "fig7" => LoadTrace::Fig7 { step_s: 20 },
@@ -236,7 +249,12 @@ fn sim(
                 .ok_or_else(|| format!("--trace: expected fig7 or a load >= 0, got {x:?}"))?,
         ),
     };
-    let mut p = make_policy(policy, model.as_deref(), 1 << 30)?;
+    let mtat_cfg = MtatConfig {
+        unit_bytes: 1 << 30,
+        rise_reserve: (!no_rise_reserve).then(ReserveConfig::default),
+        ..Default::default()
+    };
+    let mut p = make_policy_with(policy, model.as_deref(), mtat_cfg)?;
     let cfg = SimConfig {
         react_to_violations: !interval_only,
         ..Default::default()
@@ -248,7 +266,7 @@ fn sim(
         "decisions": r.decisions, "early_decisions": r.early_decisions,
         "be_fairness_min_np": r.be_fairness, "be_throughput": r.be_throughput,
         "max_total_units": r.max_total_units, "max_slice_units": r.max_slice_units,
-        "lc_share_units": r.lc_share, "lc_load": r.lc_load,
+        "lc_share_units": r.lc_share, "lc_load": r.lc_load, "lc_p99_ms": r.lc_p99_ms,
     });
     println!("{out}");
     Ok(())
@@ -274,20 +292,35 @@ fn main() -> ExitCode {
             seconds,
             model,
             interval_only,
-        } => sim(&policy, &trace, seconds, model, interval_only),
-        Cmd::Bench { model, check } => bench(model.as_deref()).and_then(|v| {
-            println!("{v}");
-            let bad = if check {
-                tier_policy::bench::check(&v)
+            no_rise_reserve,
+        } => sim(
+            &policy,
+            &trace,
+            seconds,
+            model,
+            interval_only,
+            no_rise_reserve,
+        ),
+        Cmd::Bench { model, check, full } => {
+            let mode = if check && !full {
+                BenchMode::Check
             } else {
-                Vec::new()
+                BenchMode::Full
             };
-            if bad.is_empty() {
-                Ok(())
-            } else {
-                Err(format!("benchmark invariants failed: {}", bad.join("; ")))
-            }
-        }),
+            bench(model.as_deref(), mode).and_then(|v| {
+                println!("{v}");
+                let bad = if check {
+                    tier_policy::bench::check(&v)
+                } else {
+                    Vec::new()
+                };
+                if bad.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("benchmark invariants failed: {}", bad.join("; ")))
+                }
+            })
+        }
         Cmd::Train {
             out,
             episodes,

@@ -77,6 +77,9 @@ pub struct HostView {
     pub max_step_units: u64,
     /// The VMs, in a stable order.
     pub vms: Vec<VmView>,
+    /// When the view was taken, seconds on the caller's clock (policies
+    /// that remember use only differences of it).
+    pub clock_s: f64,
 }
 
 /// A policy's answer: the FMem share each VM should hold, units.

@@ -71,10 +71,14 @@ pub fn pretrain(
         react_to_violations: false,
         ..Default::default()
     };
+    // Without the rise reserve: the agent learns what its own actions are
+    // worth (the reserve is layered on top when deployed, as the early
+    // decision is).
     let mut policy = Mtat::new(MtatConfig {
         unit_bytes: sim_cfg.unit_bytes,
         explore: true,
         learn: true,
+        rise_reserve: None,
         ..Default::default()
     })?;
     for episode in 0..episodes {

@@ -3,7 +3,9 @@
 # policies of tier-policy on the same simulated host and load traces
 # (LC load 20/50/80 % and three passes of the paper's Fig. 7 pattern;
 # every policy with the daemon's early decision on an SLO violation, and
-# mtat once more deciding only at the interval): SLO violation rate,
+# mtat once more deciding only at the interval and once without its rise
+# reserve; the all-FMem floor on Fig. 7 and Fig. 7 scaled to the load
+# all-FMem sustains): SLO violation rate,
 # LC max sustainable load against the all-FMem case, BE fairness and
 # throughput against hotness, SA against brute force, and decision time
 # and CPU at 8, 64 and 256 VMs. A calibration check comes first in the

@@ -15,6 +15,7 @@
 //! resize_timeout_s = 30    # a slice not done by then is abandoned
 //! stall_s = 3              # a donor's balloon still this long: stalled
 //! react_to_violations = true   # an LC window over the SLO decides early
+//! rise_reserve_s = 0       # mtat: after an LC load rise, provision the next step this long (0: off)
 //!
 //! [[vm]]
 //! name = "redis"
@@ -83,6 +84,8 @@ struct HostFile {
     stall_s: Option<f64>,
     #[serde(default)]
     react_to_violations: Option<bool>,
+    #[serde(default)]
+    rise_reserve_s: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -183,6 +186,9 @@ pub struct Config {
     /// begun after the last plan was applied, is over its SLO
     /// (`daemon::react`).
     pub react_to_violations: bool,
+    /// How long after a rise of an LC VM's load `mtat` holds the share its
+    /// next step up needs (`policies::reserve`), seconds; 0: never.
+    pub rise_reserve_s: f64,
     /// Configured VMs.
     pub vms: Vec<VmConfig>,
 }
@@ -274,6 +280,13 @@ impl Config {
         let stall_s = f.host.stall_s.unwrap_or(3.0);
         if !(stall_s.is_finite() && stall_s > 0.0) {
             return Err(inv("host.stall_s must be positive".into()));
+        }
+        // Off unless asked for: simulated only so far (docs/policy.md).
+        let rise_reserve_s = f.host.rise_reserve_s.unwrap_or(0.0);
+        if !(rise_reserve_s.is_finite() && rise_reserve_s >= 0.0) {
+            return Err(inv(
+                "host.rise_reserve_s must be 0 (off) or a positive number of seconds".into(),
+            ));
         }
         let mut vms = Vec::new();
         for v in f.vm {
@@ -381,6 +394,7 @@ impl Config {
             resize_timeout_s,
             stall_s,
             react_to_violations: f.host.react_to_violations.unwrap_or(true),
+            rise_reserve_s,
             vms,
         })
     }
@@ -422,6 +436,12 @@ name = "gups"
         assert_eq!(c.policy, "mtat");
         assert_eq!(c.stall_s, 3.0);
         assert!(c.react_to_violations);
+        assert_eq!(c.rise_reserve_s, 0.0);
+        let on = GOOD.replace("[host]", "[host]\nrise_reserve_s = 60");
+        assert_eq!(
+            Config::parse(&on, Path::new("/")).unwrap().rise_reserve_s,
+            60.0
+        );
         let off = GOOD.replace("[host]", "[host]\nreact_to_violations = false");
         assert!(
             !Config::parse(&off, Path::new("/"))
@@ -471,6 +491,14 @@ name = "gups"
             ),
             (GOOD.replace("[host]", "[host]\nstall_s = 0"), "stall_s"),
             (GOOD.replace("[host]", "[host]\nstall_s = -1.5"), "stall_s"),
+            (
+                GOOD.replace("[host]", "[host]\nrise_reserve_s = -1"),
+                "rise_reserve_s",
+            ),
+            (
+                GOOD.replace("[host]", "[host]\nrise_reserve_s = nan"),
+                "rise_reserve_s",
+            ),
             (GOOD.replace("[host]", "[host]\nbogus = 1"), "unknown field"),
             (
                 format!("{GOOD}\n[[vm]]\nname = \"gups\"\n"),

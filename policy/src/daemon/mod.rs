@@ -430,6 +430,7 @@ impl Daemon {
                 .floor()
                 .max(1.0) as u64,
             vms: views,
+            clock_s: now_s(),
         };
         let t0 = Instant::now();
         let decision = decide_checked(self.policy.as_mut(), &view);

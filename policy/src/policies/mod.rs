@@ -4,6 +4,7 @@ use crate::model::{Allocation, HostView, PolicyError};
 
 pub mod hotness;
 pub mod mtat;
+pub mod reserve;
 pub mod static_split;
 
 pub use hotness::Hotness;

@@ -14,6 +14,7 @@ use std::path::Path;
 
 use crate::annealing::{anneal, AnnealParams, BeVm};
 use crate::model::{weighted_fill, Allocation, HostView, PolicyError, VmClass, VmView};
+use crate::policies::reserve::{ReserveConfig, RiseReserve};
 use crate::profile::Profile;
 use crate::sac::{Sac, SacConfig, SacError, Transition, STATE_DIM};
 
@@ -39,6 +40,9 @@ pub struct MtatConfig {
     pub sac: SacConfig,
     /// Annealing schedule.
     pub anneal: AnnealParams,
+    /// Provision LC VMs ahead of the next step of a rising load
+    /// ([`RiseReserve`]); `None`: the learned controller alone.
+    pub rise_reserve: Option<ReserveConfig>,
 }
 
 impl Default for MtatConfig {
@@ -49,6 +53,7 @@ impl Default for MtatConfig {
             learn: true,
             sac: SacConfig::default(),
             anneal: AnnealParams::default(),
+            rise_reserve: Some(ReserveConfig::default()),
         }
     }
 }
@@ -59,6 +64,7 @@ struct LcTrack {
     prev: Option<([f32; STATE_DIM], f32)>,
     violations_in_row: u32,
     access_peak: f64,
+    reserve: Option<RiseReserve>,
 }
 
 /// How the LC action was chosen (for the log and tests).
@@ -70,6 +76,16 @@ pub enum LcController {
     Guard,
     /// Non-finite input or output: rule-based.
     Safe,
+}
+
+impl LcController {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Actor => "actor",
+            Self::Guard => "guard",
+            Self::Safe => "safe",
+        }
+    }
 }
 
 /// Eq. 2: `1 - fmem_ratio` when the SLO holds, −1 otherwise.
@@ -182,13 +198,17 @@ impl Mtat {
         &mut self,
         v: &VmView,
         max_step: u64,
+        clock_s: f64,
         notes: &mut Vec<String>,
     ) -> Result<u64, PolicyError> {
         let VmClass::LatencyCritical { slo_ms } = v.spec.class else {
             return Ok(v.obs.share_units);
         };
         let name = v.spec.name.clone();
-        let mut track = self.lc.remove(&name).unwrap_or_default();
+        let mut track = self.lc.remove(&name).unwrap_or_else(|| LcTrack {
+            reserve: self.cfg.rise_reserve.clone().map(RiseReserve::new),
+            ..Default::default()
+        });
         if let Some(r) = v.obs.access_rate.filter(|r| r.is_finite()) {
             track.access_peak = track.access_peak.max(r);
         }
@@ -210,6 +230,9 @@ impl Mtat {
         };
         let s = self.state(v, &track, slo_ms);
         let finite_state = s.iter().all(|x| x.is_finite());
+        if let Some(r) = track.reserve.as_mut() {
+            r.observe(clock_s, f64::from(s[2]), v.obs.share_units, slo_met);
+        }
         if let (Some((ps, pa)), true, true) = (track.prev, finite_state, self.cfg.learn) {
             // Eq. 2 on the interval the action produced: its p99 and the
             // FMem usage ratio it left (Algorithm 1 line 8 reads the ratio
@@ -245,21 +268,33 @@ impl Mtat {
         } else {
             (actor, LcController::Actor)
         };
-        *self
-            .controller_counts
-            .entry(match how {
-                LcController::Actor => "actor",
-                LcController::Guard => "guard",
-                LcController::Safe => "safe",
-            })
-            .or_default() += 1;
-        // Learn from what the actor chose, or what the fallback did instead.
+        *self.controller_counts.entry(how.name()).or_default() += 1;
+        let share = v.obs.share_units;
+        let delta = action_to_delta(action, max_step);
+        let mut target =
+            (share as i64 + delta).clamp(v.spec.min_units as i64, v.spec.max_units as i64) as u64;
+        let mut action = action;
+        // Ahead of the next step of a rising load: never below the share
+        // that step needs, growing by at most eq. 1's bound.
+        let reserve = track
+            .reserve
+            .as_ref()
+            .and_then(|r| r.floor(clock_s, v.spec.max_units))
+            .map(|f| f.min(share + max_step).max(v.spec.min_units));
+        if let Some(floor) = reserve.filter(|f| *f > target) {
+            notes.push(format!(
+                "{name}: load rising, {floor} units held for its next step ({} chose {target})",
+                how.name()
+            ));
+            *self.controller_counts.entry("rise_reserve").or_default() += 1;
+            action = ((floor as f64 - share as f64) / max_step as f64).clamp(-1.0, 1.0) as f32;
+            target = floor;
+        }
+        // Learn from what was done: the actor's choice, or what the
+        // fallback or the reserve did instead.
         track.prev = finite_state.then_some((s, action));
         self.lc.insert(name, track);
-        let delta = action_to_delta(action, max_step);
-        let target = (v.obs.share_units as i64 + delta)
-            .clamp(v.spec.min_units as i64, v.spec.max_units as i64);
-        Ok(target as u64)
+        Ok(target)
     }
 }
 
@@ -276,7 +311,12 @@ impl crate::policies::Policy for Mtat {
         self.lc.retain(|k, _| lc.iter().any(|v| &v.spec.name == k));
         let mut lc_targets = Vec::with_capacity(lc.len());
         for v in &lc {
-            lc_targets.push(self.decide_lc(v, view.max_step_units.max(1), &mut notes)?);
+            lc_targets.push(self.decide_lc(
+                v,
+                view.max_step_units.max(1),
+                view.clock_s,
+                &mut notes,
+            )?);
         }
         // LC first, but the best-effort minimums always fit.
         let be_min: u64 = be.iter().map(|v| v.spec.min_units).sum();
@@ -385,6 +425,7 @@ mod tests {
             budget_units: 32,
             max_step_units: 6,
             vms,
+            clock_s: 0.0,
         }
     }
 
@@ -455,6 +496,42 @@ mod tests {
         let fourth = decide_checked(&mut m, &v).unwrap();
         assert!(!fourth.notes.iter().any(|n| n.contains("guard")));
         assert_eq!(m.controller_counts["guard"], 2);
+    }
+
+    #[test]
+    fn a_rising_load_holds_the_next_step_in_reserve() {
+        let run = |reserve: Option<ReserveConfig>| {
+            let mut m = Mtat::new(MtatConfig {
+                learn: false,
+                rise_reserve: reserve,
+                ..Default::default()
+            })
+            .unwrap();
+            let at = |clock_s: f64, share: u64, rate: f64| {
+                let mut l = lc("lc", share, Some(5.0));
+                l.obs.access_rate = Some(rate);
+                let rest = (32 - share) / 2;
+                let mut v = view(vec![l, be("a", rest, 0.5), be("b", rest, 0.5)]);
+                v.clock_s = clock_s;
+                v
+            };
+            // 20 % of the access scale, then 40 %: a rise to a load never
+            // met before, so the next step (60 %) gets what the VM may
+            // hold, at most eq. 1's step (6) above its share.
+            let first = decide_checked(&mut m, &at(0.0, 8, 20.0)).unwrap();
+            let rise = decide_checked(&mut m, &at(5.0, 8, 40.0)).unwrap();
+            let later = decide_checked(&mut m, &at(100.0, 14, 40.0)).unwrap();
+            (first, rise, later)
+        };
+        let noted = |a: &Allocation| a.notes.iter().any(|n| n.contains("load rising"));
+        let (first, rise, later) = run(Some(ReserveConfig::default()));
+        assert!(!noted(&first), "{first:?}");
+        assert_eq!(rise.targets["lc"], 14, "{rise:?}");
+        assert!(noted(&rise));
+        assert!(!noted(&later), "hold_s after the rise: {later:?}");
+        let (_, rise, _) = run(None);
+        assert!(!noted(&rise));
+        assert!(rise.targets["lc"] < 14, "{rise:?}");
     }
 
     #[test]

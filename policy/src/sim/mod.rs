@@ -159,6 +159,8 @@ pub struct SimResult {
     pub lc_share: Vec<u64>,
     /// Load of the first LC VM at every second.
     pub lc_load: Vec<f64>,
+    /// p99 of the first LC VM at every second, ms.
+    pub lc_p99_ms: Vec<f64>,
     /// Decisions made.
     pub decisions: u64,
     /// Of those, decisions brought forward by an SLO violation.
@@ -263,8 +265,14 @@ impl Simulator {
         let interval = self.cfg.interval_s.max(1);
         let slice_s = self.cfg.p_max_units as f64 * self.cfg.unit_bytes as f64 / self.cfg.move_rate;
         let mut pending: Vec<(f64, Slice)> = Vec::new();
-        // Per-LC signals over the current interval.
+        // Per-LC signals over the current interval. The decision after an
+        // early one judges that early plan by the windows that saw all of
+        // it, when there are any: the windows before show the violation
+        // the early decision already answered, and counting them again made
+        // the guard grow the LC VM a second time for one load step. Other
+        // decisions see the whole interval, as the agent was trained.
         let mut worst_p99 = vec![0.0f64; n_lc];
+        let mut worst_after_plan: Vec<Option<f64>> = vec![None; n_lc];
         let mut load_sum = vec![0.0f64; n_lc];
         let mut fair_sum = 0.0;
         let mut tput_sum = 0.0;
@@ -279,7 +287,15 @@ impl Simulator {
         for t in 0..seconds {
             if t > 0 && t >= next_decision {
                 if let Some(p) = policy.as_deref_mut() {
-                    let view = self.view(&worst_p99, &load_sum, t - last_decision);
+                    let seen: Vec<f64> = worst_after_plan
+                        .iter()
+                        .zip(&worst_p99)
+                        .map(|(after, all)| match after {
+                            Some(a) if last_was_early => *a,
+                            _ => *all,
+                        })
+                        .collect();
+                    let view = self.view(&seen, &load_sum, t - last_decision, t);
                     let cpu0 = thread_cpu_s();
                     let t0 = Instant::now();
                     let slices = decide_checked(p, &view).ok().and_then(|alloc| {
@@ -314,6 +330,7 @@ impl Simulator {
                         .map_or(t, |(due, _)| (due.ceil() as u64).saturating_sub(1));
                 }
                 worst_p99.iter_mut().for_each(|x| *x = 0.0);
+                worst_after_plan.iter_mut().for_each(|x| *x = None);
                 load_sum.iter_mut().for_each(|x| *x = 0.0);
                 last_decision = t;
                 next_decision = t + interval;
@@ -337,6 +354,9 @@ impl Simulator {
                 let load = (lc.trace.at(t) * noise).max(0.0);
                 let p99 = lc.model.p99_ms(load, self.shares[i]);
                 worst_p99[i] = worst_p99[i].max(p99);
+                if t >= plan_done {
+                    worst_after_plan[i] = Some(worst_after_plan[i].map_or(p99, |w| w.max(p99)));
+                }
                 load_sum[i] += load;
                 violated |= p99 > lc.model.slo_ms;
                 if count {
@@ -346,6 +366,7 @@ impl Simulator {
                 if i == 0 {
                     res.lc_share.push(self.shares[i]);
                     res.lc_load.push(lc.trace.at(t));
+                    res.lc_p99_ms.push(p99);
                 }
             }
             if count && !self.scenario.be.is_empty() {
@@ -402,7 +423,7 @@ impl Simulator {
         res.max_slice_units = res.max_slice_units.max(down.max(up));
     }
 
-    fn view(&self, worst_p99: &[f64], load_sum: &[f64], elapsed_s: u64) -> HostView {
+    fn view(&self, worst_p99: &[f64], load_sum: &[f64], elapsed_s: u64, now_s: u64) -> HostView {
         let n_lc = self.scenario.lc.len();
         let vms = self
             .specs
@@ -439,6 +460,7 @@ impl Simulator {
             budget_units: self.cfg.budget_units,
             max_step_units: self.cfg.max_step_units(),
             vms,
+            clock_s: now_s as f64,
         }
     }
 }
@@ -567,6 +589,58 @@ mod tests {
         // Every plan landed within the run.
         assert_eq!(fast.lc_share[19], 4 + fast.decisions);
         assert!(fast.lc_share[19] > slow.lc_share[19]);
+    }
+
+    #[test]
+    fn the_decision_after_an_early_one_judges_its_plan_by_the_windows_after_it() {
+        // The LC VM holds 16 units under 80 % load (capacity 0.78: over
+        // the SLO). Window 0 violates, so the first decision comes early,
+        // at 1 s, and grows it to 24 (capacity 0.93) in two slices: window
+        // 1 still violates, windows 3-5 see the whole plan. The next
+        // (regular) decision, at 6 s, must see those, not window 1.
+        struct GrowOnceRecordP99(Vec<Option<f64>>);
+        impl Policy for GrowOnceRecordP99 {
+            fn name(&self) -> &'static str {
+                "grow-once"
+            }
+            fn decide(
+                &mut self,
+                view: &HostView,
+            ) -> Result<crate::model::Allocation, crate::model::PolicyError> {
+                let first = self.0.is_empty();
+                self.0.push(view.vms[0].obs.p99_ms);
+                let mut targets = std::collections::BTreeMap::new();
+                for v in &view.vms {
+                    let t = match (v.spec.class.is_lc(), first) {
+                        (true, true) => 24,
+                        (false, true) => 2,
+                        _ => v.obs.share_units,
+                    };
+                    targets.insert(v.spec.name.clone(), t);
+                }
+                Ok(crate::model::Allocation {
+                    targets,
+                    notes: vec![],
+                })
+            }
+        }
+        let cfg = SimConfig {
+            load_noise: 0.0,
+            ..Default::default()
+        };
+        let mut sim = Simulator::new(cfg, paper_scenario(LoadTrace::Constant(0.8))).unwrap();
+        sim.set_shares(&[16, 4, 4, 4, 4]);
+        let mut p = GrowOnceRecordP99(Vec::new());
+        let r = sim.run(Some(&mut p), 7);
+        assert_eq!((r.decisions, r.early_decisions), (2, 1));
+        assert!(
+            r.lc_p99_ms[1] > 20.0,
+            "window 1 violates: {:?}",
+            r.lc_p99_ms
+        );
+        assert_eq!(r.lc_share[3], 24);
+        let seen = p.0[1].unwrap();
+        assert!(seen <= 20.0, "the second decision saw {seen} ms");
     }
 
     #[test]
