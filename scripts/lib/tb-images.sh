@@ -312,15 +312,19 @@ tb_build_l1_base() {
 }
 
 # tb_find_binaries : sets TB_BINS[name]=path for each of our binaries that
-# exists (newest of target/$TRIPLE/release and target/release).
+# exists: the static build of this run when it succeeded (another step,
+# e.g. scripts/test.sh's API contract test, may have built a newer
+# target/release copy since), else the newest of target/$TRIPLE/release
+# and target/release (--no-build).
 declare -gA TB_BINS=()
+TB_STATIC_BUILT=${TB_STATIC_BUILT:-0}
 tb_find_binaries() {
     local n a b
     TB_BINS=()
     for n in $TB_BIN_NAMES; do
         a=$TB_ROOT/target/$TB_TARGET_TRIPLE/release/$n
         b=$TB_ROOT/target/release/$n
-        if [[ -x $a && (! -x $b || $a -nt $b) ]]; then
+        if [[ -x $a && ($TB_STATIC_BUILT == 1 || ! -x $b || $a -nt $b) ]]; then
             TB_BINS[$n]=$a
         elif [[ -x $b ]]; then
             TB_BINS[$n]=$b

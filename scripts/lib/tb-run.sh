@@ -108,6 +108,7 @@ tb_cargo_build() {
     if (cd "$TB_ROOT" && RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C target-feature=+crt-static" \
         timeout "${TB_CARGO_TIMEOUT:-2400}" cargo build --release --bins --target "$TB_TARGET_TRIPLE") >"$log" 2>&1; then
         tb_msg "cargo build ok ($(tb_fmt_secs $(($(tb_host_ms) - t0))) s)"
+        TB_STATIC_BUILT=1 # tb_find_binaries takes these, not target/release
         return 0
     fi
     tb_warn "cargo build FAILED; continuing with whatever binaries exist. Last lines:"
