@@ -214,18 +214,36 @@ fn disk(dir: &Path, name: &str) -> String {
     path.display().to_string()
 }
 
-#[test]
-fn disks_are_hot_plugged_and_ejected_and_a_guest_that_never_ejects_cannot_stall_the_vmm() {
+/// What every test here starts from: a temporary directory, our VMM in it
+/// with its devices on `transport`, and a 1 MiB disk image `a.img`. None
+/// (the test is skipped) without a usable /dev/kvm.
+struct Setup {
+    // Declared first so the binding made from it (listed first) is dropped
+    // last: the VMM stops before its directory goes.
+    tmp: TempDir,
+    vmm: Vmm,
+    a: String,
+}
+
+fn setup(transport: &str) -> Option<Setup> {
     if !common::kvm_available() {
         eprintln!("skipped: no usable /dev/kvm");
-        return;
+        return None;
     }
     let tmp = TempDir::new().expect("temp dir");
+    let vmm = start(tmp.as_path(), transport);
+    let a = disk(tmp.as_path(), "a.img");
+    Some(Setup { tmp, vmm, a })
+}
+
+#[test]
+fn disks_are_hot_plugged_and_ejected_and_a_guest_that_never_ejects_cannot_stall_the_vmm() {
+    let Some(Setup { tmp, vmm, a }) = setup("pci") else {
+        return;
+    };
     let dir = tmp.as_path();
-    let vmm = start(dir, "pci");
 
     // Slot 1 holds the entropy device; the first disk goes to slot 2.
-    let a = disk(dir, "a.img");
     let (status, body) = vmm.put("vm.add-disk", &format!(r#"{{"path":"{a}","id":"hpa"}}"#));
     assert_eq!(status, 200, "{body}; log: {}", vmm.log());
     let info: serde_json::Value = serde_json::from_str(&body).expect("PciDeviceInfo");
@@ -334,14 +352,9 @@ fn disks_are_hot_plugged_and_ejected_and_a_guest_that_never_ejects_cannot_stall_
 
 #[test]
 fn a_pending_removal_keeps_its_id_until_ejected_and_a_shutdown_completes_it() {
-    if !common::kvm_available() {
-        eprintln!("skipped: no usable /dev/kvm");
+    let Some(Setup { tmp: _tmp, vmm, a }) = setup("pci") else {
         return;
-    }
-    let tmp = TempDir::new().expect("temp dir");
-    let dir = tmp.as_path();
-    let vmm = start(dir, "pci");
-    let a = disk(dir, "a.img");
+    };
 
     // "keep" in slot 2, an unnamed disk in slot 3 (never ejected): it is
     // named as upstream names it, _disk0.
@@ -383,14 +396,9 @@ fn a_pending_removal_keeps_its_id_until_ejected_and_a_shutdown_completes_it() {
 
 #[test]
 fn a_paused_vm_gets_hotplug_changes_and_the_guest_sees_them_when_resumed() {
-    if !common::kvm_available() {
-        eprintln!("skipped: no usable /dev/kvm");
+    let Some(Setup { tmp: _tmp, vmm, a }) = setup("pci") else {
         return;
-    }
-    let tmp = TempDir::new().expect("temp dir");
-    let dir = tmp.as_path();
-    let vmm = start(dir, "pci");
-    let a = disk(dir, "a.img");
+    };
 
     // Add while paused: plugged at once (as upstream), parked with the
     // rest of the VM; the guest cannot have seen it yet.
@@ -424,14 +432,9 @@ fn a_paused_vm_gets_hotplug_changes_and_the_guest_sees_them_when_resumed() {
 
 #[test]
 fn hotplug_on_virtio_mmio_is_refused_clearly() {
-    if !common::kvm_available() {
-        eprintln!("skipped: no usable /dev/kvm");
+    let Some(Setup { tmp: _tmp, vmm, a }) = setup("mmio") else {
         return;
-    }
-    let tmp = TempDir::new().expect("temp dir");
-    let dir = tmp.as_path();
-    let vmm = start(dir, "mmio");
-    let a = disk(dir, "a.img");
+    };
     let (status, body) = vmm.put("vm.add-disk", &format!(r#"{{"path":"{a}","id":"hpa"}}"#));
     assert_eq!(status, 500, "{body}");
     assert!(body.contains("--virtio-transport pci"), "{body}");
