@@ -2,11 +2,9 @@
 /*
  * Reader of a perf_event_open(2) ring buffer (the mmap'd data pages of a
  * sampling event): the user-space half of the PEBS design that keeps
- * large PEBS (guest/kmod/tiering/README.md, "large PEBS from user
- * space").  Pure C over the uapi layout, tested with ring images built
- * in guest/kmod/tiering/tests/test_perf_ring.c.  Not used by the agent
- * yet: opening the per-thread events and handing the samples to the
- * module are not written.
+ * large PEBS (guest/kmod/tiering/README.md, "PEBS from user space").
+ * Pure C over the uapi layout, tested with ring images built in
+ * guest/kmod/tiering/tests/test_perf_ring.c; used by sampler.c.
  */
 #ifndef _AGENT_PERF_RING_H
 #define _AGENT_PERF_RING_H

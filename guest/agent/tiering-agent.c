@@ -23,10 +23,15 @@
  * which forwards them to the host on the balloon's statistics queue
  * (vendor tags 0x8000.., see report_to_host()).  Without that file (no
  * balloon, another driver) nothing is reported.
+ *
+ * With --sampler pebs|pagefault (or auto on a CPU with PEBS) a thread of
+ * `run` samples the targets from user space and feeds the module
+ * (sampler_daemon.c, sampler.c).
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -37,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "reloc.h"
+#include "sampler_daemon.h"
 
 /* x86-64 numbers, for C libraries older than the syscalls */
 #ifndef SYS_pidfd_send_signal
@@ -76,6 +82,7 @@ static unsigned int opt_cpu_pct;	/* manager CPU budget; 0 = none */
 static unsigned long opt_burst_ms = 1000;
 static unsigned long opt_alpha_pct;	/* 0: the module's significance_pct */
 static int opt_verbose;
+static const char *opt_sampler = "auto";	/* sampler_choose() */
 
 static uint64_t now_ms(void)
 {
@@ -927,6 +934,28 @@ static void report_to_host(const struct agent_stats *as, int fmem, int smem,
 	close(fd);
 }
 
+/* --sampler: user-space sampling that feeds the module (sampler_daemon.c) */
+static int start_sampler(void)
+{
+	struct sampler_opts o;
+	char msg[256];
+	int ret = sampler_choose(opt_sampler, &o, msg, sizeof(msg));
+
+	if (ret) {
+		fprintf(stderr, "tiering-agent: %s\n", msg);
+		return ret;
+	}
+	if (opt_verbose || strcmp(opt_sampler, "auto"))
+		fprintf(stderr, "tiering-agent: sampler %s\n", msg);
+	if (o.kind == SAMPLER_OFF)
+		return 0;
+	ret = sampler_daemon_start(&o, SYSFS, opt_verbose);
+	if (ret)
+		fprintf(stderr, "tiering-agent: sampler thread: %s\n",
+			strerror(-ret));
+	return ret;
+}
+
 static int cmd_run(void)
 {
 	static struct target_state tstate[MAX_TARGETS];
@@ -950,6 +979,8 @@ static int cmd_run(void)
 	}
 	signal(SIGTERM, on_term);
 	signal(SIGINT, on_term);
+	if (start_sampler())
+		return 1;
 	cpu_budget_init(&cb, opt_cpu_pct, opt_burst_ms, t0 * 1000000ULL,
 			manager_cpu_ns());
 	next = t0;
@@ -991,6 +1022,7 @@ static int cmd_run(void)
 		ts.tv_nsec = (long)((next - now) % 1000) * 1000000L;
 		nanosleep(&ts, NULL);
 	}
+	sampler_daemon_stop();
 	printf("{\"agent\":\"done\",\"rounds\":%llu,\"promoted\":%llu,"
 	       "\"demoted\":%llu,\"failed\":%llu,\"queried\":%llu,"
 	       "\"agent_cpu_ns\":%llu,\"wall_ms\":%llu,\"cpu_pct_budget\":%u,"
@@ -1063,9 +1095,12 @@ static void usage(void)
 		"usage: tiering-agent add PID | del PID | stats |\n"
 		"       run [-p EPOCH_MS] [-d SECONDS] [-b BATCH_PAGES] "
 		"[-m MAX_PAGES_PER_ROUND] [-r RESERVE_MB] [-a ALPHA_PCT]\n"
-		"           [-c CPU_PCT [-B BURST_MS]] [-v]\n"
+		"           [-c CPU_PCT [-B BURST_MS]] [-S|--sampler auto|pebs|pagefault|off] [-v]\n"
 		"  -c: cap the manager's CPU (agent + kernel worker) at CPU_PCT %%\n"
-		"      of one CPU on average (0 = no cap); -B: the burst allowed\n");
+		"      of one CPU on average (0 = no cap); -B: the burst allowed\n"
+		"  -S: sample from user space and feed the module (default auto:\n"
+		"      PEBS where the CPU has it, else the module's own source);\n"
+		"      pagefault works anywhere but is a weak hotness signal\n");
 	exit(2);
 }
 
@@ -1080,6 +1115,11 @@ static unsigned long arg_ul(const char *s, unsigned long lo, unsigned long hi)
 		usage();
 	return v;
 }
+
+static const struct option run_opts[] = {
+	{ "sampler", required_argument, NULL, 'S' },
+	{ NULL, 0, NULL, 0 },
+};
 
 int main(int argc, char **argv)
 {
@@ -1096,7 +1136,8 @@ int main(int argc, char **argv)
 	if (strcmp(argv[1], "run"))
 		usage();
 	optind = 2;
-	while ((c = getopt(argc, argv, "p:d:b:m:r:a:c:B:v")) != -1) {
+	while ((c = getopt_long(argc, argv, "p:d:b:m:r:a:c:B:S:v", run_opts,
+				NULL)) != -1) {
 		switch (c) {
 		case 'p': opt_period_ms = arg_ul(optarg, 10, 600000); break;
 		case 'd': opt_duration_s = arg_ul(optarg, 1, 86400 * 365); break;
@@ -1106,6 +1147,12 @@ int main(int argc, char **argv)
 		case 'a': opt_alpha_pct = arg_ul(optarg, 100, 100000); break;
 		case 'c': opt_cpu_pct = (unsigned int)arg_ul(optarg, 0, 100); break;
 		case 'B': opt_burst_ms = arg_ul(optarg, 0, 600000); break;
+		case 'S':
+			if (strcmp(optarg, "auto") && strcmp(optarg, "pebs") &&
+			    strcmp(optarg, "pagefault") && strcmp(optarg, "off"))
+				usage();
+			opt_sampler = optarg;
+			break;
 		case 'v': opt_verbose = 1; break;
 		default: usage();
 		}

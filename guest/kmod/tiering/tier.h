@@ -7,6 +7,7 @@
  *   tier_abit.c   accessed-bit sampling source (any x86 CPU)
  *   tier_abit_plan.c  its sampling plan and scan back-off (pure C)
  *   tier_pebs.c   PEBS sampling source (Intel, perf kernel counters)
+ *   tier_user.c   samples written by the agent (user-space perf events)
  *   tier_sample.c sample decoding / ring (pure C, user-space tested)
  */
 #ifndef _TIERING_TIER_H
@@ -28,6 +29,7 @@ enum tier_source {
 	TIER_SRC_NONE = 0,
 	TIER_SRC_ABIT,
 	TIER_SRC_PEBS,
+	TIER_SRC_USER,		/* samples written by the agent (tier_user.c) */
 };
 
 enum tier_state {
@@ -83,6 +85,9 @@ struct tier_target {
 	u64 *ring_mem;
 	struct tier_filter filter;
 	tier_counter_t verdicts[TIER_NR_VERDICTS];
+
+	/* user source (tier_user.c): batches written to samples_in */
+	u64 user_batches, user_accepted, user_dropped;
 
 	u64 next_epoch_ns;
 	u64 epoch_period_ns;	/* the running epoch's length */
@@ -195,6 +200,12 @@ int tier_pebs_probe(char *why, size_t len);
 int tier_pebs_start(struct tier_target *t, struct task_struct *task);
 void tier_pebs_stop(struct tier_target *t);
 u64 tier_pebs_drain(struct tier_target *t);
+
+/* user source: samples from the agent (tier_user.c) */
+#define TIER_USER_BATCH_MAX	512	/* addresses per write (one page) */
+extern const struct attribute_group tier_user_group;
+int tier_user_set_source(struct tier_target *t, const char *buf);
+void tier_user_clear_stats(struct tier_target *t);
 
 extern unsigned int tier_pebs_ldlat;
 extern unsigned int tier_pebs_load_period;

@@ -199,6 +199,7 @@ static void tier_target_clear_stats(struct tier_target *t)
 	t->nr_resident_walks = 0;
 	t->nr_flushes = 0;
 	t->nr_stable_epochs = 0;
+	tier_user_clear_stats(t);
 	memset(&t->hrc.stats, 0, sizeof(t->hrc.stats));
 }
 
@@ -569,6 +570,19 @@ static void tier_target_tick(struct tier_target *t, u64 now, u64 *next)
 		kthread_unuse_mm(mm);
 		mmput(mm);
 	}
+	/*
+	 * The user source (samples from the agent, tier_user.c) still needs
+	 * the read-only residency walk: hot-set size and the agent's skips.
+	 */
+	if (t->source == TIER_SRC_USER && now >= t->next_resident_ns) {
+		mm = get_task_mm(task);
+		if (mm) {
+			kthread_use_mm(mm);
+			tier_abit_resident(t, mm, now);
+			kthread_unuse_mm(mm);
+			mmput(mm);
+		}
+	}
 	if (now >= t->next_epoch_ns) {
 		mm = get_task_mm(task);
 		if (mm) {
@@ -580,6 +594,8 @@ static void tier_target_tick(struct tier_target *t, u64 now, u64 *next)
 	put_task_struct(task);
 	if (t->source == TIER_SRC_ABIT)
 		*next = min(*next, t->next_scan_ns);
+	if (t->source == TIER_SRC_USER)
+		*next = min(*next, t->next_resident_ns);
 	*next = min(*next, t->next_epoch_ns);
 }
 

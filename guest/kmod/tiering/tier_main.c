@@ -102,7 +102,7 @@ TIER_UINT_PARAM(pebs_store_period, tier_pebs_store_period, 1, 1U << 30,
 		"PEBS retired-stores sample period");
 
 const char * const tier_req_names[] = { "auto", "pebs", "abit" };
-const char * const tier_src_names[] = { "none", "abit", "pebs" };
+const char * const tier_src_names[] = { "none", "abit", "pebs", "user" };
 int tier_sampler = TIER_REQ_AUTO;
 
 static int tier_parse_sampler(const char *val)

@@ -7,23 +7,30 @@
 /* Canonical user addresses on x86-64 are below 2^47 (2^56 with LA57). */
 #define TIER_USER_TOP	(1ULL << 56)
 
+enum tier_verdict tier_filter_addr(const struct tier_filter *f, u64 addr)
+{
+	if (!addr || addr >= TIER_USER_TOP || addr < f->lo || addr >= f->hi ||
+	    (addr >= f->text_start && addr < f->text_end))
+		return TIER_SAMPLE_IGNORE;
+	return TIER_SAMPLE_OK;
+}
+
 enum tier_verdict tier_decode(const struct tier_raw_record *rec,
 			      const struct tier_filter *f, u64 *addr)
 {
 	u64 cfg = rec->config & 0xffffULL;
+	bool load = !rec->page_fault && cfg == TIER_EV_LOAD_LATENCY;
 
-	if (cfg != TIER_EV_LOAD_LATENCY && cfg != TIER_EV_ALL_STORES)
+	if (!rec->page_fault && !load && cfg != TIER_EV_ALL_STORES)
 		return TIER_SAMPLE_EVENT;
 	if (!(rec->sample_flags & TIER_SAMPLE_FLAG_ADDR) || !rec->addr)
 		return TIER_SAMPLE_NOADDR;
 	if (rec->pid != f->tgid)
 		return TIER_SAMPLE_PID;
-	if (rec->addr >= TIER_USER_TOP || rec->addr < f->lo ||
-	    rec->addr >= f->hi ||
-	    (rec->addr >= f->text_start && rec->addr < f->text_end))
+	if (tier_filter_addr(f, rec->addr) != TIER_SAMPLE_OK)
 		return TIER_SAMPLE_IGNORE;
-	/* Stores carry no latency; loads must reach the threshold. */
-	if (cfg == TIER_EV_LOAD_LATENCY && f->ldlat && rec->weight < f->ldlat)
+	/* Stores and faults carry no latency; loads must reach the threshold. */
+	if (load && f->ldlat && rec->weight < f->ldlat)
 		return TIER_SAMPLE_LATENCY;
 	*addr = rec->addr;
 	return TIER_SAMPLE_OK;

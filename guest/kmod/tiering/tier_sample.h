@@ -44,9 +44,15 @@ typedef struct { u32 counter; } tier_atomic32_t;
 /* perf sample_flags bit for a data address (PERF_SAMPLE_ADDR). */
 #define TIER_SAMPLE_FLAG_ADDR	(1ULL << 3)
 
-/* The fields of one PEBS record as the perf core hands them over. */
+/*
+ * The fields of one sample record as the perf core hands them over: a
+ * PEBS record (kernel overflow handler, or the agent's ring buffers), or
+ * with @page_fault a record of the software event PERF_COUNT_SW_PAGE_FAULTS
+ * (the agent's fallback that works without a PMU; @config is not read).
+ */
 struct tier_raw_record {
 	u64 config;		/* event->attr.config */
+	bool page_fault;	/* software page-fault event, not PEBS */
 	u64 sample_flags;	/* perf_sample_data.sample_flags */
 	u64 addr;		/* data linear address (dla) */
 	u64 weight;		/* load latency in core cycles */
@@ -80,6 +86,14 @@ struct tier_filter {
 
 enum tier_verdict tier_decode(const struct tier_raw_record *rec,
 			      const struct tier_filter *f, u64 *addr);
+
+/*
+ * The address part of tier_decode(): a canonical user address inside the
+ * managed span and outside the program text (TIER_SAMPLE_OK), else
+ * TIER_SAMPLE_IGNORE.  Also applied by the module to the addresses the
+ * agent writes (tier_user.c), which it does not trust.
+ */
+enum tier_verdict tier_filter_addr(const struct tier_filter *f, u64 addr);
 
 /**
  * struct tier_ring - lossy MPSC ring of sample addresses.

@@ -6,6 +6,7 @@
  *   targets/nr_targets
  *   targets/<i>/{pid,state,source,sample_rate,stats,relocated}
  *   targets/<i>/{ranges,promote,demote}   (tier_lists.c)
+ *   targets/<i>/samples_in, source store  (tier_user.c)
  * Every store validates its input and answers with an errno.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -80,6 +81,15 @@ static ssize_t source_show(struct kobject *k, struct kobj_attribute *a,
 	return sysfs_emit(buf, "%s\n", tier_src_names[READ_ONCE(t->last_source)]);
 }
 
+/* "user": the agent feeds samples_in; "kernel": the module's source. */
+static ssize_t source_store(struct kobject *k, struct kobj_attribute *a,
+			    const char *buf, size_t count)
+{
+	int ret = tier_user_set_source(to_target(k), buf);
+
+	return ret ? ret : count;
+}
+
 static ssize_t sample_rate_show(struct kobject *k, struct kobj_attribute *a,
 				char *buf)
 {
@@ -129,6 +139,12 @@ static ssize_t stats_show(struct kobject *k, struct kobj_attribute *a,
 	len += sysfs_emit_at(buf, len, "pebs_ring_overwritten %llu\n",
 			     t->ring_mem ?
 			     tier_counter_read(&t->ring.overwritten) : 0);
+	/* the user source (tier_user.c) and the span its filter applies */
+	len += sysfs_emit_at(buf, len,
+		"user_batches %llu\nuser_accepted %llu\nuser_dropped %llu\n"
+		"span_lo 0x%llx\nspan_hi 0x%llx\n",
+		t->user_batches, t->user_accepted, t->user_dropped,
+		t->filter.lo, t->filter.hi);
 	mutex_unlock(&tier_lock);
 	return len;
 }
@@ -174,7 +190,7 @@ static ssize_t relocated_store(struct kobject *k, struct kobj_attribute *a,
 
 static struct kobj_attribute tier_attr_pid = __ATTR_RW_MODE(pid, 0600);
 static struct kobj_attribute tier_attr_state = __ATTR_RO(state);
-static struct kobj_attribute tier_attr_source = __ATTR_RO(source);
+static struct kobj_attribute tier_attr_source = __ATTR_RW_MODE(source, 0644);
 static struct kobj_attribute tier_attr_sample_rate = __ATTR_RO(sample_rate);
 static struct kobj_attribute tier_attr_stats = __ATTR_RO(stats);
 static struct kobj_attribute tier_attr_relocated =
@@ -191,7 +207,7 @@ static const struct attribute_group tier_target_group = {
 };
 
 static const struct attribute_group *tier_target_groups[] = {
-	&tier_target_group, &tier_list_group, NULL,
+	&tier_target_group, &tier_list_group, &tier_user_group, NULL,
 };
 
 static void tier_target_release(struct kobject *k)

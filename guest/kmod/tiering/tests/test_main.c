@@ -41,6 +41,8 @@ int main(int argc, char **argv)
 		  &fail);
 	run_table(hrc_perf_ring_tests, hrc_nr_perf_ring_tests, filter, &pass,
 		  &fail);
+	run_table(hrc_sampler_tests, hrc_nr_sampler_tests, filter, &pass,
+		  &fail);
 	run_table(hrc_split_merge_tests, hrc_nr_split_merge_tests, filter,
 		  &pass, &fail);
 	run_table(hrc_dynamics_tests, hrc_nr_dynamics_tests, filter, &pass,

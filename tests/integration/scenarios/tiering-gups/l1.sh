@@ -53,7 +53,7 @@ Y | 1) L1_PAGING=npt MIN_RATIO_PCT=${TB_TIER_MIN_RATIO_PCT:-90} ABIT_FLUSH=2 ;;
 esac
 tb_fact_str l1_paging "$L1_PAGING"
 tb_vmm_start --kernel "$TB_L2_KERNEL" --initramfs "$TB_L2_INITRD" \
-    --cmdline "console=ttyS0 reboot=k panic=-1 tb.run=tiering-gups tb.tier_run_s=25 tb.tier_base_s=10 tb.tier_phases=none,ours,unload tb.tier_min_ratio_pct=$MIN_RATIO_PCT tb.tier_abit_flush=$ABIT_FLUSH" \
+    --cmdline "console=ttyS0 reboot=k panic=-1 tb.run=tiering-gups tb.tier_run_s=25 tb.tier_base_s=10 tb.tier_phases=none,ours,unload,usersample tb.tier_min_ratio_pct=$MIN_RATIO_PCT tb.tier_abit_flush=$ABIT_FLUSH" \
     --cpus boot=2 --memory size=0 \
     --memory-zone id=fmem,size=512M,host_numa_node=0 id=smem,size=1G,host_numa_node=1 \
     --numa 'guest_numa_id=0,cpus=[0-1],distances=[1@25],memory_zones=fmem,latency_ns=80,bandwidth_mbps=20000' \

@@ -13,6 +13,8 @@
 #          (where the kernel has them; 6.11+)
 #   ours   tiering.ko (sampler auto) + tiering-agent    RUN_S seconds
 #   unload rmmod while a target and the agent run
+#   usersample  the agent's user-space sampler (--sampler pagefault)
+#          feeding targets/<i>/samples_in (checks only, after the above)
 # Each phase reports the hot-set residency in FMem once a second.
 # Kernel command line knobs: tb.tier_run_s=N tb.tier_base_s=N
 # tb.tier_region_mb=N tb.tier_hot_mb=N tb.tier_min_pct=N
@@ -32,7 +34,7 @@ HOT_MB=64
 RUN_S=30
 BASE_S=15
 MIN_PCT=60
-PHASES="none numab damon ours unload"
+PHASES="none numab damon ours unload usersample"
 CPU_PCT=0	# the agent's manager CPU budget (-c); 0 = none
 # The workload's own rate with the manager, after convergence, as a
 # percentage of the no-tiering run's: the check's floor (0 = report only).
@@ -516,6 +518,68 @@ fi
 tb_bg_stop "$AU_PID"
 kill "$u_pid" 2>/dev/null
 wait "$u_pid" 2>/dev/null
+fi
+# ---- user-space sampling (agent --sampler pagefault -> samples_in): the
+# path that feeds large PEBS from per-thread perf rings on Intel hosts,
+# run here with the software page-fault event (no PMU in the testbed).
+# After the measured phases; 15-25 s. The workload forks a child (-k)
+# so that its writes keep taking copy-on-write faults after the attach. ----
+if phase_on usersample; then
+[ -d "$SYS" ] || tb_check us-insmod insmod "$KO"
+tb_bg_start US "$AGENT" run -v --sampler pagefault
+"$GUPS" -s 128 -H 16 -t 40 -i 1000 -k >/tmp/gups-us.out 2>&1 &
+us_pid=$!
+if tb_wait_line /tmp/gups-us.out '"gups":"start"' 60; then
+    us_slot=$("$AGENT" add "$us_pid")
+    us_dir=$SYS/targets/$us_slot
+    us_src() { [ "$(cat "$us_dir/source" 2>/dev/null)" = user ]; }
+    us_acc() { awk '$1 == "user_accepted" { print $2 }' "$us_dir/stats" 2>/dev/null; }
+    if tb_wait_until 5 us_src; then
+        tb_pass us-source-user "slot $us_slot"
+    else
+        tb_fail us-source-user "source '$(cat "$us_dir/source" 2>/dev/null)' after 5 s"
+    fi
+    us_acc_100() { [ "$(us_acc)" -ge 100 ] 2>/dev/null; }
+    tb_wait_until 8 us_acc_100
+    tb_check_ge us-samples-accepted "$(us_acc)" 100
+    # the module trusts nothing it is given
+    # (dd, not the shell's printf, which fails silently on a write error)
+    try_bin() {
+        # shellcheck disable=SC2059 # the format is the bytes
+        printf "$2" >/tmp/us.bin
+        if dd if=/tmp/us.bin of="$us_dir/samples_in" bs=4096 2>/tmp/tb.err; then
+            tb_fail "$1" "write accepted"
+        elif grep -qi "$3" /tmp/tb.err; then
+            tb_pass "$1" "$(tr -d '\n' </tmp/tb.err)"
+        else
+            tb_fail "$1" "wrong error: $(tr -d '\n' </tmp/tb.err)"
+        fi
+    }
+    try_bin us-length-not-8-EINVAL 'abc' "invalid argument"
+    d0=$(awk '$1 == "user_dropped" { print $2 }' "$us_dir/stats")
+    # a kernel address (0xffff888000000000, little endian): never a
+    # target's (the span may start at 0: a low address can be inside it)
+    tb_check us-kernel-address-written sh -c "printf '\\0\\0\\0\\0\\200\\210\\377\\377' > $us_dir/samples_in"
+    tb_check_ge us-kernel-address-dropped "$(awk '$1 == "user_dropped" { print $2 }' "$us_dir/stats")" $((${d0:-0} + 1))
+    try_write us-source-bad-EINVAL "invalid argument" fast "$us_dir/source"
+    grep -E '^(source|samples|user_|span_)' "$us_dir/stats" | sed 's/^/U| /'
+    tb_bg_stop "$US_PID"
+    usd=$(grep '"sampler":"done"' "$US_OUT" | tail -n 1)
+    tb_fact usersample_done "${usd:-null}"
+    tb_check_ge us-threads-sampled "$(json_num "$usd" threads_max)" 2
+    tb_check_ge us-batches-sent "$(json_num "$usd" batches)" 1
+    tb_check_eq us-no-write-errors 0 "$(json_num "$usd" write_errors)"
+    # the agent gave the target back to the module's own source
+    tb_check_eq us-source-handed-back abit "$(cat "$us_dir/source" 2>/dev/null)"
+    try_bin us-not-user-EBUSY '\0\0\0\0\0\0\0\1' "busy"
+else
+    tb_fail us-gups-started "no start line: $(tail -n 2 /tmp/gups-us.out)"
+    tb_bg_stop "$US_PID"
+fi
+tb_show_tail "$US_OUT" 6 'S| '
+kill "$us_pid" 2>/dev/null
+wait "$us_pid" 2>/dev/null
+tb_check us-rmmod rmmod tiering
 fi
 # kernel messages since the module was loaded
 dmesg | tail -n +$((dmesg_lines + 1)) >/tmp/dmesg-new
