@@ -797,3 +797,64 @@ fn an_lc_violation_brings_the_next_decision_forward() {
         v.shutdown();
     }
 }
+
+#[test]
+fn a_donor_that_stops_a_few_mib_short_never_lets_a_receiver_grow() {
+    // The testbed's sizes: tiers of 256 MiB, units of 32 MiB, budget 256
+    // MiB. a holds 6 units and must give 2 to b (static: 4 and 4), but
+    // its guest stops inflating 3 MiB short of the 128 MiB balloon. Its
+    // balloon never reports the target as reached, so b must not grow by
+    // any of it, at any instant: the shrink stalls and a is settled at the
+    // unit it stopped in (the next decisions take that as its floor).
+    const MIB: u64 = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("socks")).unwrap();
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let a = start_vmm_guest(
+        "a",
+        &sock(dir.path(), "a"),
+        256 * MIB,
+        64 * MIB,
+        true,
+        ledger.clone(),
+        RATE,
+        (125 * MIB) as f64,
+    );
+    let b = start_vmm(
+        "b",
+        &sock(dir.path(), "b"),
+        256 * MIB,
+        192 * MIB,
+        true,
+        ledger.clone(),
+    );
+    let text = format!(
+        "[host]\nfmem_budget = \"256M\"\nunit = \"32M\"\ninterval_s = 1\np_max = \"64M\"\nsocket_dir = \"{}\"\nstate_dir = \"{}\"\nresize_timeout_s = 5\nstall_s = 0.3\npolicy = \"static\"\n",
+        dir.path().join("socks").display(),
+        dir.path().join("state").display()
+    );
+    let cfg = Config::parse(&text, dir.path()).unwrap();
+    let mut d = Daemon::new(cfg, Box::new(StaticSplit), &STOP).unwrap();
+    d.cycle();
+    d.cycle();
+    {
+        let l = ledger.lock().unwrap();
+        assert!(l.max_sum <= 256 * MIB, "Σ FMem held reached {}", l.max_sum);
+        assert!(
+            !l.resizes.iter().any(|r| r.0 == "b" && r.2 > r.1),
+            "b grew while a was short of its target: {:?}",
+            l.resizes
+        );
+        // a stopped holding 131 MiB and was set back to 5 units.
+        assert_eq!(l.held["a"], 160 * MIB, "{:?}", l.resizes);
+        assert_eq!(l.held["b"], 64 * MIB, "{:?}", l.resizes);
+    }
+    let log = log_lines(dir.path());
+    let decision = log.iter().find(|e| e["event"] == "decision").unwrap();
+    assert!(
+        decision["outcome"].as_str().unwrap().contains("stalled (a"),
+        "{decision}"
+    );
+    a.shutdown();
+    b.shutdown();
+}

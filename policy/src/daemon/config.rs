@@ -187,7 +187,8 @@ pub struct Config {
     /// (`daemon::react`).
     pub react_to_violations: bool,
     /// How long after a rise of an LC VM's load `mtat` holds the share its
-    /// next step up needs (`policies::reserve`), seconds; 0: never.
+    /// next step up needs (`policies::reserve`), seconds; 0 (the
+    /// default): never.
     pub rise_reserve_s: f64,
     /// Configured VMs.
     pub vms: Vec<VmConfig>,
@@ -281,7 +282,9 @@ impl Config {
         if !(stall_s.is_finite() && stall_s > 0.0) {
             return Err(inv("host.stall_s must be positive".into()));
         }
-        // Off unless asked for: simulated only so far (docs/policy.md).
+        // Off unless asked for: a guest's access rate over its running
+        // peak reads as a rise at the start and holds the whole tier
+        // (docs/policy.md, "Not done yet").
         let rise_reserve_s = f.host.rise_reserve_s.unwrap_or(0.0);
         if !(rise_reserve_s.is_finite() && rise_reserve_s >= 0.0) {
             return Err(inv(

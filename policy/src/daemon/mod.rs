@@ -680,6 +680,10 @@ impl Daemon {
                 }
                 return (out, format!("replan: slice {k} shrink {why}"));
             }
+            // Growth from the same fresh samples as the sum: a receiver
+            // still giving FMem from an earlier abandoned shrink holds less
+            // now than when the decision was made.
+            let committed = self.committed() + self.reserved.values().sum::<u64>();
             let growth: u64 = sl
                 .grow
                 .iter()
@@ -690,7 +694,6 @@ impl Daemon {
                         .map(|s| (u * self.cfg.unit_bytes).saturating_sub(s.share_bytes()))
                 })
                 .sum();
-            let committed = self.committed() + self.reserved.values().sum::<u64>();
             if growth > 0 && committed + growth > self.cfg.budget_bytes {
                 return (out, format!("replan: slice {k} growth of {growth} bytes would exceed the budget (held {committed})"));
             }

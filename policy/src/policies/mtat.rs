@@ -65,6 +65,9 @@ struct LcTrack {
     violations_in_row: u32,
     access_peak: f64,
     reserve: Option<RiseReserve>,
+    /// The part of the actor's last steps that rounding to whole units
+    /// left unmoved ([`quantise_step`]).
+    carry: f64,
 }
 
 /// How the LC action was chosen (for the log and tests).
@@ -115,10 +118,27 @@ pub fn slo_slack(p99_ms: Option<f64>, slo_ms: f64) -> f32 {
 /// Largest SLO slack the state carries (p99 at twice the SLO or worse).
 pub const SLACK_CAP: f64 = 2.0;
 
-/// Eq. 1: an action in [-1, 1] as a change of at most `max_step` units.
-pub fn action_to_delta(action: f32, max_step: u64) -> i64 {
-    let a = f64::from(action).clamp(-1.0, 1.0);
-    (a * max_step as f64).round() as i64
+/// Eq. 1: an action in [-1, 1] as a change of at most `max_step` whole
+/// units, with the rounding remainder carried from earlier decisions
+/// (`carry`, in [-0.5, 0.5]); returns the step and the remainder to
+/// carry on.
+///
+/// Eq. 1 scales the action to M·t/2 units, many units when the balloon
+/// is fast (9 in the simulator): rounding each decision on its own would
+/// drop every action under half a unit, so an actor that keeps asking
+/// for a small shrink (seen: −0.03, a third of a unit, at every decision
+/// at 50 % load) would never get one. Carried, a steady small action
+/// moves a unit every few decisions (a remainder is at most half a unit,
+/// so a change of direction costs at most that).
+pub fn quantise_step(action: f32, max_step: u64, carry: f64) -> (i64, f64) {
+    let a = f64::from(action);
+    if !a.is_finite() {
+        return (0, 0.0);
+    }
+    let bound = max_step as f64;
+    let total = a.clamp(-1.0, 1.0) * bound + carry.clamp(-0.5, 0.5);
+    let step = total.round().clamp(-bound, bound);
+    (step as i64, (total - step).clamp(-0.5, 0.5))
 }
 
 /// The MTAT policy.
@@ -270,9 +290,22 @@ impl Mtat {
         };
         *self.controller_counts.entry(how.name()).or_default() += 1;
         let share = v.obs.share_units;
-        let delta = action_to_delta(action, max_step);
+        // The actor's step carries its rounding remainder to the next
+        // decision; the guard's and the safe controller's are whole steps.
+        let carry = if how == LcController::Actor && slo_met {
+            track.carry
+        } else {
+            0.0
+        };
+        let (delta, carry) = quantise_step(action, max_step, carry);
         let mut target =
             (share as i64 + delta).clamp(v.spec.min_units as i64, v.spec.max_units as i64) as u64;
+        // A move the bounds cut short leaves nothing to carry.
+        track.carry = if target as i64 == share as i64 + delta {
+            carry
+        } else {
+            0.0
+        };
         let mut action = action;
         // Ahead of the next step of a rising load: never below the share
         // that step needs, growing by at most eq. 1's bound.
@@ -289,6 +322,7 @@ impl Mtat {
             *self.controller_counts.entry("rise_reserve").or_default() += 1;
             action = ((floor as f64 - share as f64) / max_step as f64).clamp(-1.0, 1.0) as f32;
             target = floor;
+            track.carry = 0.0;
         }
         // Learn from what was done: the actor's choice, or what the
         // fallback or the reserve did instead.
@@ -450,10 +484,27 @@ mod tests {
         assert_eq!(reward(true, 0.25), 0.75);
         assert_eq!(reward(false, 0.25), -1.0);
         assert_eq!(reward(true, 7.0), 0.0);
-        assert_eq!(action_to_delta(1.0, 6), 6);
-        assert_eq!(action_to_delta(-3.0, 6), -6);
-        assert_eq!(action_to_delta(0.5, 6), 3);
-        assert_eq!(action_to_delta(f32::NAN, 6).abs(), 0);
+        assert_eq!(quantise_step(1.0, 6, 0.0), (6, 0.0));
+        assert_eq!(quantise_step(-3.0, 6, 0.0), (-6, 0.0));
+        assert_eq!(quantise_step(0.5, 6, 0.0), (3, 0.0));
+        assert_eq!(quantise_step(f32::NAN, 6, 0.4), (0, 0.0));
+        // A whole step never exceeds eq. 1's bound, whatever is carried.
+        assert_eq!(quantise_step(-1.0, 6, -0.5).0, -6);
+    }
+
+    #[test]
+    fn a_small_steady_action_moves_a_unit_every_few_decisions() {
+        // A third of a unit per decision (the shipped actor at 50 % load,
+        // max_step 9): rounded alone it never moves.
+        let (mut carry, mut moved) = (0.0, Vec::new());
+        for _ in 0..9 {
+            let (step, c) = quantise_step(-0.037, 9, carry);
+            carry = c;
+            moved.push(step);
+        }
+        assert_eq!(moved.iter().sum::<i64>(), -3, "{moved:?}");
+        assert!(moved.iter().all(|s| (-1..=0).contains(s)), "{moved:?}");
+        assert!(carry.abs() <= 0.5);
     }
 
     #[test]
