@@ -144,10 +144,14 @@ tb_stage_skeleton() {
 
 # --- kernel modules --------------------------------------------------------
 
+# The kernel module functions below read /lib/modules/KVER of the host, or
+# of an unpacked kernel package when TB_MODROOT names its root (a kernel that
+# is not installed here: scenario file l2-kernel, see tb-images.sh).
+
 # tb_module_path KVER NAME : prints the modules.dep path of module NAME
 # (dashes and underscores are equivalent), nothing when it is built in.
 tb_module_path() {
-    local kver=$1 name=${2//-/_} dir=/lib/modules/$1
+    local kver=$1 name=${2//-/_} dir=${TB_MODROOT:-}/lib/modules/$1
     if awk -v n="$name" '{ b=$0; sub(/.*\//, "", b); sub(/\.ko.*/, "", b); gsub(/-/, "_", b); if (b == n) f=1 } END { exit !f }' "$dir/modules.builtin" 2>/dev/null; then
         return 0
     fi
@@ -157,7 +161,7 @@ tb_module_path() {
 # tb_module_closure KVER PATH : prints PATH's dependencies in load order, then PATH.
 tb_module_closure() {
     local kver=$1 path=$2 deps d
-    deps=$(awk -F: -v p="$path" '$1 == p { print $2; exit }' "/lib/modules/$kver/modules.dep")
+    deps=$(awk -F: -v p="$path" '$1 == p { print $2; exit }' "${TB_MODROOT:-}/lib/modules/$kver/modules.dep")
     # modules.dep lists the deepest dependency last: load in reverse order.
     for d in $deps; do printf '%s\n' "$d"; done | tac
     printf '%s\n' "$path"
@@ -168,7 +172,7 @@ tb_module_closure() {
 # runs depmod there (so busybox modprobe works) and writes
 # ROOT/lib/modules/KVER/tb-load: "relative/path.ko [params]" in load order.
 tb_stage_modules() {
-    local kver=$1 root=$2 spec=$3 mdir=/lib/modules/$1 name params path p dst
+    local kver=$1 root=$2 spec=$3 mdir=${TB_MODROOT:-}/lib/modules/$1 name params path p dst
     local seen=" "
     local out=$root/lib/modules/$kver
     mkdir -p "$out"

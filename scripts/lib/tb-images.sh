@@ -7,6 +7,8 @@
 #   l2-base-KEY.cpio    busybox, L2 modules, guest tools, /init
 #   l2-initrd-KEY.cpio  l2-base + scenario files + lib   (= $TB_L2_INITRD)
 #   l1-initrd-KEY.cpio  l1-base + scenarios + lib + our binaries + L2 initrd
+#   l2k-{base,initrd}-SCENARIO-KEY.cpio  the same two for a scenario that
+#                       boots its own L2 kernel (scenario file l2-kernel)
 # Uncompressed newc archives, concatenated (the kernel accepts that).
 #
 # Needs: TB_ROOT TB_BUILD TB_KVER TB_REBUILD (0/1).
@@ -38,16 +40,26 @@ tb_all_scenarios() {
     done
 }
 
+# Spec lines on stdin: comments and blank lines dropped, deduplicated.
+tb_spec_filter() { sed -e 's/#.*//' -e 's/[[:space:]]*$//' -e '/^$/d' | awk '!seen[$0]++'; }
+
 # tb_union_spec FILE DEFAULT-LINES : DEFAULT-LINES then the FILE of every
-# scenario, deduplicated, comments dropped.
+# scenario, deduplicated, comments dropped. The l2-* files of a scenario
+# with its own L2 kernel (l2-kernel) go into its own L2 image instead.
 tb_union_spec() {
     local file=$1 defaults=$2 s
     {
         if [[ -n $defaults ]]; then printf '%s\n' "$defaults"; fi
         for s in $(tb_all_scenarios); do
+            if [[ $file == l2-* && -f $TB_ITEST/scenarios/$s/l2-kernel ]]; then continue; fi
             if [[ -f $TB_ITEST/scenarios/$s/$file ]]; then cat "$TB_ITEST/scenarios/$s/$file"; fi
         done
-    } | sed -e 's/#.*//' -e 's/[[:space:]]*$//' -e '/^$/d' | awk '!seen[$0]++'
+    } | tb_spec_filter
+}
+
+tb_scenario_spec() { # SCENARIO FILE : that scenario's own FILE, filtered
+    local f=$TB_ITEST/scenarios/$1/$2
+    if [[ -f $f ]]; then tb_spec_filter <"$f"; fi
 }
 
 tb_cache_prune() { # NAME : keep the 3 newest NAME-*.cpio
@@ -121,25 +133,27 @@ tb_base_key_inputs() { # common inputs of both base images
 }
 
 # --- L2 ------------------------------------------------------------------
-tb_build_l2_base() {
-    local mods tools key out stage
-    mods=$(tb_union_spec l2-modules "")
-    tools=$(tb_union_spec l2-tools "")
+# tb_make_l2_base NAME KVER MODS TOOLS [KEY-EXTRA] : busybox, KVER's modules
+# MODS (from TB_MODROOT, default the host), the host programs TOOLS, the
+# guest tools and /init, as cache/NAME-KEY.cpio. Sets TB_MADE, TB_MADE_KEY.
+tb_make_l2_base() {
+    local name=$1 kver=$2 mods=$3 tools=$4 extra=${5:-} key out stage
     key=$({
         tb_base_key_inputs
         tb_hash_files "$TB_ITEST/guest/l2-init.sh"
         printf 'mods:%s\ntools:%s\n' "$mods" "$tools"
+        if [[ -n $extra ]]; then printf '%s\n' "$extra"; fi
     } | sha256sum | cut -c1-16)
-    out=$TB_BUILD/cache/l2-base-$key.cpio
-    TB_L2_BASE_KEY=$key
-    TB_L2_BASE=$out
+    out=$TB_BUILD/cache/$name-$key.cpio
+    TB_MADE_KEY=$key
+    TB_MADE=$out
     [[ -f $out && $TB_REBUILD != 1 ]] && return 0
-    tb_msg "building L2 base image ($key)"
+    tb_msg "building $name image for $kver ($key)"
     stage=$(mktemp -d "$TB_BUILD/stage-l2.XXXXXX")
     tb_stage_skeleton "$stage"
     tb_stage_busybox "$stage"
     printf '%s\n' "$mods" >"$stage/.mods"
-    tb_stage_modules "$TB_KVER" "$stage" "$stage/.mods"
+    tb_stage_modules "$kver" "$stage" "$stage/.mods"
     rm -f "$stage/.mods"
     # shellcheck disable=SC2086
     tb_stage_tools "$stage" "$tools"
@@ -147,7 +161,13 @@ tb_build_l2_base() {
     install -m 0755 "$TB_ITEST/guest/l2-init.sh" "$stage/init"
     tb_cpio "$stage" "$out"
     rm -rf "$stage"
-    tb_cache_prune l2-base
+    tb_cache_prune "$name"
+}
+
+tb_build_l2_base() {
+    tb_make_l2_base l2-base "$TB_KVER" "$(tb_union_spec l2-modules "")" "$(tb_union_spec l2-tools "")"
+    TB_L2_BASE_KEY=$TB_MADE_KEY
+    TB_L2_BASE=$TB_MADE
 }
 
 # tb_stage_scenarios ROOT : lib + all scenario directories under ROOT/tb
@@ -181,14 +201,12 @@ tb_repo_sources_hash() { # DIR... : hash of every file under the repo dirs
     done | sha256sum | cut -c1-16
 }
 
-tb_guest_code_key() {
-    local kmods make dirs
-    kmods=$(tb_union_spec l2-kmods "")
-    make=$(tb_union_spec l2-make "")
+tb_guest_code_key() { # KVER KMODS MAKE (spec lines of l2-kmods, l2-make)
+    local kver=$1 kmods=$2 make=$3 dirs
     # shellcheck disable=SC2086
     dirs=$(printf '%s\n%s\n' "$kmods" "$(printf '%s\n' "$make" | awk '{ print $1 }')" | sed '/^$/d' | sort -u)
     # shellcheck disable=SC2086
-    printf 'kver %s kmods %s make %s src %s\n' "$TB_KVER" "$kmods" "$make" "$(tb_repo_sources_hash $dirs)"
+    printf 'kver %s kmods %s make %s src %s\n' "$kver" "$kmods" "$make" "$(tb_repo_sources_hash $dirs)"
 }
 
 tb_copy_src() { # DIR -> prints the copy's path (fresh)
@@ -201,13 +219,13 @@ tb_copy_src() { # DIR -> prints the copy's path (fresh)
     printf '%s\n' "$dst"
 }
 
-tb_stage_guest_code() { # ROOT
-    local root=$1 d src line t kdir
-    kdir=/lib/modules/$TB_KVER/build
-    for d in $(tb_union_spec l2-kmods ""); do
-        [[ -d $kdir ]] || tb_die "$TB_EXIT_SETUP" "no kernel headers at $kdir (linux-headers-$TB_KVER)"
+tb_stage_guest_code() { # ROOT KVER KMODS MAKE : modules built against KVER's headers
+    local root=$1 kver=$2 kmods=$3 make=$4 d src line t kdir
+    kdir=/lib/modules/$kver/build
+    for d in $kmods; do
+        [[ -d $kdir ]] || tb_die "$TB_EXIT_SETUP" "no kernel headers at $kdir (linux-headers-$kver)"
         src=$(tb_copy_src "$d")
-        tb_msg "building kernel module(s) in $d against $TB_KVER"
+        tb_msg "building kernel module(s) in $d against $kver"
         make -s -C "$kdir" M="$src" modules >"$src/build.log" 2>&1 ||
             tb_die "$TB_EXIT_SETUP" "module build failed for $d: $(tail -n 20 "$src/build.log")"
         mkdir -p "$root/tb/kmod"
@@ -224,26 +242,142 @@ tb_stage_guest_code() { # ROOT
         for t in $t; do
             install -D -m 0755 "$src/$t" "$root/tb/bin/$(basename "$t")"
         done
-    done <<<"$(tb_union_spec l2-make "")"
+    done <<<"$make"
 }
 
-tb_build_l2_initrd() {
-    local key out stage
-    tb_build_l2_base
-    key=$(printf '%s %s %s\n' "$TB_L2_BASE_KEY" "$(tb_scenario_files_hash)" "$(tb_guest_code_key)" | sha256sum | cut -c1-16)
-    out=$TB_BUILD/cache/l2-initrd-$key.cpio
-    TB_L2_INITRD_KEY=$key
-    TB_L2_INITRD_HOST=$out
+# tb_make_l2_initrd NAME BASE BASE-KEY KVER KMODS MAKE : BASE + lib +
+# scenarios + our guest code (KMODS built against KVER) as
+# cache/NAME-KEY.cpio. Sets TB_MADE, TB_MADE_KEY.
+tb_make_l2_initrd() {
+    local name=$1 base=$2 base_key=$3 kver=$4 kmods=$5 make=$6 key out stage
+    key=$(printf '%s %s %s\n' "$base_key" "$(tb_scenario_files_hash)" "$(tb_guest_code_key "$kver" "$kmods" "$make")" |
+        sha256sum | cut -c1-16)
+    out=$TB_BUILD/cache/$name-$key.cpio
+    TB_MADE_KEY=$key
+    TB_MADE=$out
     [[ -f $out && $TB_REBUILD != 1 ]] && return 0
     stage=$(mktemp -d "$TB_BUILD/stage-l2o.XXXXXX")
     tb_stage_scenarios "$stage"
-    tb_stage_guest_code "$stage"
+    tb_stage_guest_code "$stage" "$kver" "$kmods" "$make"
     tb_cpio "$stage" "$out.overlay"
-    cat "$TB_L2_BASE" "$out.overlay" >"$out.tmp"
+    cat "$base" "$out.overlay" >"$out.tmp"
     rm -f "$out.overlay"
     mv -f "$out.tmp" "$out"
     rm -rf "$stage"
-    tb_cache_prune l2-initrd
+    tb_cache_prune "$name"
+}
+
+tb_build_l2_initrd() {
+    tb_build_l2_base
+    tb_make_l2_initrd l2-initrd "$TB_L2_BASE" "$TB_L2_BASE_KEY" "$TB_KVER" \
+        "$(tb_union_spec l2-kmods "")" "$(tb_union_spec l2-make "")"
+    TB_L2_INITRD_KEY=$TB_MADE_KEY
+    TB_L2_INITRD_HOST=$TB_MADE
+    tb_build_l2_kernels
+}
+
+# --- scenarios with an L2 kernel of their own (scenario file l2-kernel) ---
+#   l2-kernel  one word: a Debian kernel release ("6.1.0-56-amd64"), or an
+#              installed linux-headers-* metapackage ("linux-headers-amd64",
+#              Debian 12's default kernel, 6.1 LTS) naming the release its
+#              headers are for. Either way the headers of that release must
+#              be installed (they are, from that package), and the kernel
+#              is the linux-image package of the same version.
+# The kernel package is fetched with `apt-get download` and unpacked under
+# $TB_BUILD/kernels/ (nothing is installed on the host). The scenario gets
+# L2 images of its own built from ITS l2-modules (that kernel's modules),
+# l2-tools, l2-kmods (built against that kernel's headers) and l2-make; its
+# l2-* files stay out of the default L2 image. Built only for the
+# scenarios of this run; l1.sh sees them as TB_L2_KERNEL / TB_L2_INITRD
+# (nested: /tb/l2/kernels/SCENARIO/{vmlinuz,initrd.img,release} in L1;
+# direct and --l2-in-qemu: $TB_BUILD/l2-kernels/SCENARIO/). l2-disk is not
+# supported for such a scenario.
+declare -gA TB_L2K_KERNEL=() TB_L2K_INITRD=() TB_L2K_RELEASE=()
+TB_L2K_KEYS=""
+
+# tb_l2_kernel_release SPEC : sets TB_KREL, the release SPEC names.
+tb_l2_kernel_release() {
+    local spec=$1
+    TB_KREL=""
+    case $spec in
+    linux-headers-*)
+        tb_ensure_packages "$spec"
+        TB_KREL=$(dpkg-query -W -f='${Depends}\n' "$spec" | tr ',' '\n' |
+            sed -n 's/^ *linux-headers-\([0-9][^ ]*\).*/\1/p' | head -n 1)
+        [[ -n $TB_KREL ]] || tb_die "$TB_EXIT_SETUP" "l2-kernel $spec: that package depends on no linux-headers-<release>"
+        ;;
+    *) TB_KREL=$spec ;;
+    esac
+    [[ $TB_KREL =~ ^[0-9]+\.[0-9]+[A-Za-z0-9.+~_-]*$ ]] ||
+        tb_die "$TB_EXIT_SETUP" "l2-kernel: '$spec' is neither a kernel release (e.g. 6.1.0-56-amd64) nor a linux-headers-* package"
+    tb_ensure_packages "linux-headers-$TB_KREL"
+}
+
+# tb_fetch_kernel RELEASE : sets TB_KROOT to an unpacked linux-image-RELEASE
+# of the installed headers' version (so that modules built against those
+# headers load), with modules.dep (the package leaves depmod to its
+# postinst). Cached by release and version; the 2 newest are kept.
+tb_fetch_kernel() {
+    local rel=$1 ver root tmp deb
+    ver=$(dpkg-query -W -f='${Version}' "linux-headers-$rel" 2>/dev/null) ||
+        tb_die "$TB_EXIT_SETUP" "linux-headers-$rel is not installed"
+    root=$TB_BUILD/kernels/${rel}_$ver
+    TB_KROOT=$root
+    [[ -f $root/.unpacked ]] && return 0
+    mkdir -p "$TB_BUILD/kernels"
+    tmp=$(mktemp -d "$TB_BUILD/kernels/.fetch.XXXXXX")
+    tb_msg "fetching linux-image-$rel=$ver for an L2 (apt-get download; unpacked, not installed)"
+    if ! (cd "$tmp" && apt-get download -q "linux-image-$rel=$ver") >"$tmp/download.log" 2>&1; then
+        apt-get update -q >>"$tmp/download.log" 2>&1 || true
+        (cd "$tmp" && apt-get download -q "linux-image-$rel=$ver") >>"$tmp/download.log" 2>&1 ||
+            tb_die "$TB_EXIT_SETUP" "apt-get download linux-image-$rel=$ver failed (if the archive has moved on, upgrade the headers: apt-get install linux-headers-amd64): $(tail -n 3 "$tmp/download.log")"
+    fi
+    deb=$(find "$tmp" -maxdepth 1 -name '*.deb' | head -n 1)
+    dpkg-deb -x "$deb" "$tmp/root" || tb_die "$TB_EXIT_SETUP" "dpkg-deb -x $deb failed"
+    [[ -f $tmp/root/boot/vmlinuz-$rel && -d $tmp/root/lib/modules/$rel ]] ||
+        tb_die "$TB_EXIT_SETUP" "$deb has no boot/vmlinuz-$rel or lib/modules/$rel"
+    depmod -b "$tmp/root" "$rel" || tb_die "$TB_EXIT_SETUP" "depmod failed for the unpacked $rel"
+    rm -rf "$root"
+    mv "$tmp/root" "$root"
+    rm -rf "$tmp"
+    touch "$root/.unpacked"
+    # shellcheck disable=SC2012 # names are ours: RELEASE_VERSION
+    ls -1dt "$TB_BUILD"/kernels/*/ 2>/dev/null | tail -n +3 | xargs -r rm -rf --
+}
+
+tb_build_l2_kernel_image() { # SCENARIO
+    local s=$1 spec kroot dir
+    spec=$(tb_scenario_spec "$s" l2-kernel | head -n 1)
+    [[ -n $spec ]] || tb_die "$TB_EXIT_SETUP" "scenario $s: empty l2-kernel file"
+    tb_l2_kernel_release "$spec"
+    tb_fetch_kernel "$TB_KREL"
+    kroot=$TB_KROOT
+    TB_MODROOT=$kroot tb_make_l2_base "l2k-base-$s" "$TB_KREL" \
+        "$(tb_scenario_spec "$s" l2-modules)" "$(tb_scenario_spec "$s" l2-tools)" "kernel ${kroot##*/}"
+    tb_make_l2_initrd "l2k-initrd-$s" "$TB_MADE" "$TB_MADE_KEY" "$TB_KREL" \
+        "$(tb_scenario_spec "$s" l2-kmods)" "$(tb_scenario_spec "$s" l2-make)"
+    dir=$TB_BUILD/l2-kernels/$s
+    mkdir -p "$dir"
+    ln -sfn "$kroot/boot/vmlinuz-$TB_KREL" "$dir/vmlinuz"
+    ln -sfn "$TB_MADE" "$dir/initrd.img"
+    printf '%s\n' "$TB_KREL" >"$dir/release"
+    TB_L2K_KERNEL[$s]=$dir/vmlinuz
+    TB_L2K_INITRD[$s]=$dir/initrd.img
+    TB_L2K_RELEASE[$s]=$TB_KREL
+    TB_L2K_KEYS+="$s:${kroot##*/}:$TB_MADE_KEY "
+    tb_msg "scenario $s: L2 kernel $TB_KREL ($(basename "$TB_MADE"))"
+}
+
+# Scenarios of this run (SCENARIOS, set by scripts/testbed.sh) with an
+# l2-kernel file.
+tb_build_l2_kernels() {
+    local s
+    TB_L2K_KERNEL=() TB_L2K_INITRD=() TB_L2K_RELEASE=()
+    TB_L2K_KEYS=""
+    for s in ${SCENARIOS[@]+"${SCENARIOS[@]}"}; do
+        [[ -f $TB_ITEST/scenarios/$s/l2-kernel && -z ${TB_L2K_KERNEL[$s]:-} ]] || continue
+        tb_build_l2_kernel_image "$s"
+    done
 }
 
 # --- disk images for L2 guests (scenario file l2-disk) --------------------
@@ -348,6 +482,7 @@ tb_build_l1_initrd() {
         printf '%s %s %s\n' "$TB_L1_BASE_KEY" "$TB_L2_INITRD_KEY" "$(tb_scenario_files_hash)"
         printf 'vmm-override %s\n' "${TB_VMM_OVERRIDE:-}"
         printf 'l2-disks %s\n' "$TB_L2_DISKS_KEY"
+        if [[ -n $TB_L2K_KEYS ]]; then printf 'l2-kernels %s\n' "$TB_L2K_KEYS"; fi
         if [[ -f ${TB_VMM_OVERRIDE:-} ]]; then sha256sum <"$TB_VMM_OVERRIDE"; fi
         for n in "${!TB_BINS[@]}"; do printf '%s %s\n' "$n" "$(sha256sum <"${TB_BINS[$n]}")"; done | sort
         for n in "${!TB_UPSTREAM_BINS[@]}"; do printf 'upstream %s %s\n' "$n" "$(sha256sum <"${TB_UPSTREAM_BINS[$n]}")"; done | sort
@@ -377,6 +512,11 @@ tb_build_l1_initrd() {
     install -D -m 0644 "$TB_L2_INITRD_HOST" "$stage/tb/l2/initrd.img"
     for n in "${!TB_L2_DISKS[@]}"; do
         install -D -m 0644 "${TB_L2_DISKS[$n]}" "$stage/tb/l2/disks/$n.img"
+    done
+    for n in "${!TB_L2K_KERNEL[@]}"; do
+        install -D -m 0644 "${TB_L2K_KERNEL[$n]}" "$stage/tb/l2/kernels/$n/vmlinuz"
+        install -D -m 0644 "${TB_L2K_INITRD[$n]}" "$stage/tb/l2/kernels/$n/initrd.img"
+        printf '%s\n' "${TB_L2K_RELEASE[$n]}" >"$stage/tb/l2/kernels/$n/release"
     done
     tb_cpio "$stage" "$out.overlay"
     cat "$TB_L1_BASE" "$out.overlay" >"$out.tmp"

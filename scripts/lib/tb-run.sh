@@ -471,7 +471,8 @@ tb_run_direct() {
             TB_VMMLOAD="${TB_BINS[vmmload]:-$TB_ROOT/target/release/vmmload}" \
             TB_CH_UPSTREAM="${TB_UPSTREAM_BINS[/usr/local/bin/ch-upstream]:-}" \
             TB_CH_REMOTE_UPSTREAM="${TB_UPSTREAM_BINS[/usr/local/bin/ch-remote-upstream]:-}" \
-            TB_L2_KERNEL="/boot/vmlinuz-$TB_KVER" TB_L2_INITRD="$TB_L2_INITRD_HOST" \
+            TB_L2_KERNEL="${TB_L2K_KERNEL[$s]:-/boot/vmlinuz-$TB_KVER}" \
+            TB_L2_INITRD="${TB_L2K_INITRD[$s]:-$TB_L2_INITRD_HOST}" \
             TB_ROOT="$TB_ROOT" PATH="$dbin:$PATH" \
             setsid sh -c 'cd "$1" && exec sh "$2"' tb-scenario "$out" "$script" </dev/null >"$out/output.log" 2>&1 &
         pid=$!
@@ -556,7 +557,7 @@ tb_run_l2_in_qemu() {
         L2_END_RC="" L2_PANIC="" L2_REASON="" L2_KILLED="" L2_EXIT_DEADLINE=0
         printf '==== %s: begin (L2 under QEMU TCG, no VMM) ====\n' "$s"
         qemu-system-x86_64 "${TB_L2_QEMU_ARGS[@]}" -serial "file:$console" \
-            -kernel "/boot/vmlinuz-$TB_KVER" -initrd "$TB_L2_INITRD_HOST" \
+            -kernel "${TB_L2K_KERNEL[$s]:-/boot/vmlinuz-$TB_KVER}" -initrd "${TB_L2K_INITRD[$s]:-$TB_L2_INITRD_HOST}" \
             -append "console=ttyS0 reboot=k panic=-1 tb.run=$s tb.standalone=1${L2_APPEND:+ $L2_APPEND}" \
             </dev/null >"$qlog" 2>&1 &
         L2_QPID=$!

@@ -126,6 +126,10 @@ for item in $scenarios; do
             # Upstream Cloud Hypervisor v53 (packed only when the anchors exist)
             export TB_CH_UPSTREAM=/usr/local/bin/ch-upstream TB_CH_REMOTE_UPSTREAM=/usr/local/bin/ch-remote-upstream
             export TB_L2_KERNEL=/tb/l2/vmlinuz TB_L2_INITRD=/tb/l2/initrd.img
+            # a scenario with an l2-kernel file boots its own kernel
+            if [ -f "/tb/l2/kernels/$name/vmlinuz" ]; then
+                export TB_L2_KERNEL="/tb/l2/kernels/$name/vmlinuz" TB_L2_INITRD="/tb/l2/kernels/$name/initrd.img"
+            fi
             cd "$out" || exit 1
             exec setsid sh "$script"
         ) </dev/null &
