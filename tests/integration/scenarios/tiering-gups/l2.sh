@@ -355,6 +355,15 @@ on_start_ours() {
     w0=$(stat_of /tmp/tier-stats-0 worker_cpu_ns)
     t_ours0=$(tb_now_ms)
     tb_bg_start AG "$AGENT" run -v -c "$CPU_PCT"
+    # The capacity the module plans with, its hot set and the FMem
+    # balloon, once a second while the workload runs: "ms capacity_pages
+    # hot_pages fmem_balloon_pages" (checked in on_end_ours).
+    (while kill -0 "$1" 2>/dev/null; do
+        echo "$(tb_now_ms) $(cat "$SYS/fmem_capacity_pages" 2>/dev/null || echo -1)" \
+            "$(awk '$1 == "hot_bytes" { printf "%d", $2 / 4096 }' "$SYS/targets/0/stats" 2>/dev/null)" \
+            "$(cat "$BAL/fmem/size_pages" 2>/dev/null || echo 0)"
+        sleep 1
+    done >/tmp/tier-capacity.log) &
     # diagnostics only: the classifier's state half-way through
     (sleep $((RUN_S / 2)); cat "$SYS/targets/0/stats" "$SYS/targets/0/ranges" \
         "$SYS/targets/0/promote" "$SYS/targets/0/demote" >/tmp/tier-mid 2>&1
@@ -422,6 +431,33 @@ on_end_ours() {
     echo "--- agent log (tail) ---"
     tb_show_tail "$AG_OUT" 15 'A| '
     tb_check_eq target-exited-after-workload exited "$(cat "$SYS/targets/0/state" 2>/dev/null)"
+    # Never planned beyond the capacity: each sample's hot set fits the
+    # largest capacity of the last 8 samples (an epoch lasts up to 8 s
+    # backed off, and a hot set is sized against the capacity of its own
+    # epoch); with the FMem balloon inflated (the L1 side's step), the
+    # capacity is at least the balloon's pages below where it started.
+    awk 'BEGIN { bad = 0 }
+        { cap[NR] = $2; m = $2; for (k = NR - 7; k < NR; k++) if (k > 0 && cap[k] > m) m = cap[k]
+          if ($3 != "" && $3 > m) { bad++; if (!first) first = $0 } }
+        END { print bad + 0, NR + 0, first }' /tmp/tier-capacity.log >/tmp/tier-capacity.chk
+    read -r cap_bad cap_n cap_first </tmp/tier-capacity.chk
+    if [ "${cap_n:-0}" -lt 5 ]; then
+        tb_fail hot-set-within-capacity "only ${cap_n:-0} capacity samples"
+    elif [ "$cap_bad" -eq 0 ]; then
+        tb_pass hot-set-within-capacity "$cap_n samples"
+    else
+        tb_fail hot-set-within-capacity "$cap_bad of $cap_n samples over: ms cap hot balloon = $cap_first"
+    fi
+    bmax=$(awk '$4 > m { m = $4; line = $0 } END { print line }' /tmp/tier-capacity.log)
+    if [ -n "$bmax" ]; then
+        set -- $bmax
+        cap_first0=$(awk 'NR == 1 { print $2 }' /tmp/tier-capacity.log)
+        tb_fact capacity_with_fmem_balloon "{\"start\":$cap_first0,\"inflated\":$2,\"balloon_pages\":$4}"
+        if [ "$4" -ge 8192 ]; then
+            # 1/16 slack: the watermarks move a little with the managed pages
+            tb_check_le capacity-follows-fmem-balloon "$2" $((cap_first0 - $4 + $4 / 16))
+        fi
+    fi
     if [ -e "$BAL/guest_reports" ]; then
         gr=$(cat "$BAL/guest_reports")
         tb_fact balloon_guest_reports "$gr"
