@@ -584,25 +584,16 @@ struct agent_stats {
  * (seen: 35,499 pages demoted for 16,558 promoted, 18,941 promotions
  * failed, in a 28 s run whose balloon took 64 MiB of FMem); the capacity
  * the module plans with settles once the balloon has its pages.  No
- * balloon driver: never; a balloon that stopped growing: no longer.
+ * balloon driver: never; a balloon that stopped growing for 5 s: no
+ * longer (reloc_balloon_holds()).
  */
 static int fmem_balloon_inflating(void)
 {
-	static long last_size = -1;
-	static uint64_t last_change;
-	long size = read_long(FMEM_BALLOON "/size_pages", -1);
-	long target = read_long(FMEM_BALLOON "/target_pages", -1);
-	uint64_t now = now_ms();
+	static struct balloon_watch w = { .last_size = -1 };
 
-	if (size != last_size) {
-		last_size = size;
-		last_change = now;
-	}
-	/*
-	 * A balloon that has not grown for 5 s is stuck (its allocations
-	 * fail): waiting for it would stop relocation for good.
-	 */
-	return size >= 0 && target > size && now - last_change < 5000;
+	return reloc_balloon_holds(&w, read_long(FMEM_BALLOON "/size_pages", -1),
+				   read_long(FMEM_BALLOON "/target_pages", -1),
+				   now_ms(), 5000);
 }
 
 struct target_state {
