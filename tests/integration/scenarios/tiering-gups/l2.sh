@@ -383,6 +383,11 @@ on_end_ours() {
     tb_bg_stop "$AG_PID"
     ag=$(grep '"agent":"done"' "$AG_OUT" | tail -n 1)
     tb_fact agent_done "${ag:-null}"
+    # No rotation of cold pages: the hot set is HOT_MB; promoting more
+    # than twice its pages means the agent moved pages that are not hot
+    # (before the hot-set floor: 83,456 for 16,384 on the NPT L1).
+    hot_pages=$((HOT_MB * 256))
+    tb_check_le ours-promotions-within-2x-hot-set "$(json_num "$ag" promoted | sed 's/^$/999999999/')" $((2 * hot_pages))
     tb_fact agent_stats "$(cat /tmp/agent-stats.json)"
     mid=$(cat /tmp/agent-stats-mid.json 2>/dev/null)
     case $mid in '{'*) tb_fact agent_stats_mid "$mid" ;; esac
