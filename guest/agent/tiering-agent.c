@@ -572,7 +572,7 @@ struct agent_stats {
 	unsigned long long rounds, promoted, demoted, failed, queried;
 	unsigned long long throttled;	/* polls skipped by the CPU budget */
 	unsigned long long balloon_holds; /* polls skipped: FMem balloon inflating */
-	unsigned long long short_rounds;  /* rounds ended by a short promotion */
+	unsigned long long short_batches; /* promotion batches that fell short */
 };
 
 #define FMEM_BALLOON	"/sys/kernel/demeter_balloon/fmem"
@@ -758,13 +758,15 @@ static void round_one(int ti, int fmem, int smem, struct target_state *ts,
 		promoted += moved;
 		i += p;
 		/*
-		 * FMem ran out (the balloon, another process): demoting more
-		 * would only free pages for whoever took these.
+		 * Short: FMem is below its high watermark (the page allocator
+		 * refuses a promotion there even after a demotion freed a
+		 * page).  Keep going: the next demotions lift it above the
+		 * mark, and ending the round here left the agent demoting one
+		 * batch per round and promoting nothing (seen after the
+		 * balloon had taken FMem down to the mark).
 		 */
-		if (moved < p) {
-			as->short_rounds++;
-			break;
-		}
+		if (moved < p)
+			as->short_batches++;
 		if (stop)
 			break;
 	}
@@ -1063,10 +1065,10 @@ static int cmd_run(void)
 	       "\"demoted\":%llu,\"failed\":%llu,\"queried\":%llu,"
 	       "\"agent_cpu_ns\":%llu,\"wall_ms\":%llu,\"cpu_pct_budget\":%u,"
 	       "\"throttled_polls\":%llu,\"page_move_ns\":%.0f,"
-	       "\"balloon_holds\":%llu,\"short_rounds\":%llu}\n", as.rounds,
+	       "\"balloon_holds\":%llu,\"short_batches\":%llu}\n", as.rounds,
 	       as.promoted, as.demoted, as.failed, as.queried, self_cpu_ns(),
 	       (unsigned long long)(now_ms() - t0), opt_cpu_pct, as.throttled,
-	       cb.page_ns, as.balloon_holds, as.short_rounds);
+	       cb.page_ns, as.balloon_holds, as.short_batches);
 	return 0;
 }
 

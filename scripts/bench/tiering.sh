@@ -131,7 +131,7 @@ ours.update({
     "cpu_pct_budget": agent.get("cpu_pct_budget"),
     "throttled_polls": agent.get("throttled_polls"),
     "balloon_holds": agent.get("balloon_holds"),
-    "short_rounds": agent.get("short_rounds"),
+    "short_batches": agent.get("short_batches"),
     "page_move_cpu_ns": agent.get("page_move_ns"),
     "abit_cost_ns": {k: f.get("ours_abit_" + k) for k in
                      ("scan_ns", "arm_ns", "check_ns", "resident_ns", "flush_ns", "epoch_ns")},

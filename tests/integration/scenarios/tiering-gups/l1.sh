@@ -57,7 +57,7 @@ tb_fact_str l1_paging "$L1_PAGING"
 # lengths, THP (TB_TIER_THP=1), and whether both balloons are resized during the "ours" phase
 # (the capacity check; it forces demotions, so a throughput measurement
 # after convergence runs without it).
-RUN_S=${TB_TIER_RUN_S:-25}
+RUN_S=${TB_TIER_RUN_S:-40}
 BASE_S=${TB_TIER_BASE_S:-10}
 BALLOON_STEP=${TB_TIER_BALLOON:-1}
 THP=${TB_TIER_THP:-0}	# 1: the L2 runs GUPS on transparent huge pages
