@@ -75,6 +75,19 @@ static inline struct hrc_interval hrc_iv(const struct hrc_range *r)
 	return (struct hrc_interval) { .start = r->start, .end = r->end };
 }
 
+/* All accesses and all footprint pages of @c: the mean hrc_above_mean() uses. */
+static void hrc_totals(const struct hrc *c, u64 *acc, u64 *fp)
+{
+	u32 i;
+
+	*acc = 0;
+	*fp = 0;
+	for (i = 0; i < c->nr; i++) {
+		*acc += c->ranges[i].nr_access;
+		*fp += hrc_footprint_pages(c, &c->ranges[i]);
+	}
+}
+
 /*
  * Whether @r is at least @c->p.hot_pct / 100 times as dense, per footprint
  * page, as the whole footprint (@acc accesses over @fp pages).  Exact:
@@ -115,16 +128,13 @@ static bool hrc_above_mean(const struct hrc *c, const struct hrc_range *r,
  */
 void hrc_select(struct hrc *c, u64 fmem_pages, struct hrc_selection *sel)
 {
-	u64 used = 0, acc = 0, fp = 0;
+	u64 used = 0, acc, fp;
 	u32 f, i, nr_hot = 0;
 
 	hrc_rank(c);
 	sel->nr_promo = 0;
 	sel->nr_demo = 0;
-	for (i = 0; i < c->nr; i++) {
-		acc += c->ranges[i].nr_access;
-		fp += hrc_footprint_pages(c, &c->ranges[i]);
-	}
+	hrc_totals(c, &acc, &fp);
 	for (f = 0; f < c->nr; f++) {
 		struct hrc_range *r = &c->ranges[c->order[f]];
 		u64 need = hrc_footprint_pages(c, r);
@@ -177,9 +187,9 @@ void hrc_select(struct hrc *c, u64 fmem_pages, struct hrc_selection *sel)
 u64 hrc_share(struct hrc *const *cs, u32 n, u32 which, u64 fmem_pages)
 {
 	u32 pos[HRC_SHARE_MAX] = { 0 };
-	u64 acc[HRC_SHARE_MAX] = { 0 }, fp[HRC_SHARE_MAX] = { 0 };
+	u64 acc[HRC_SHARE_MAX], fp[HRC_SHARE_MAX];
 	u64 used = 0, mine = 0;
-	u32 i, k;
+	u32 i;
 
 	if (which >= n)
 		return 0;
@@ -189,10 +199,7 @@ u64 hrc_share(struct hrc *const *cs, u32 n, u32 which, u64 fmem_pages)
 		return fmem_pages / n;	/* beyond the merge's bound: even split */
 	for (i = 0; i < n; i++) {
 		hrc_rank(cs[i]);
-		for (k = 0; k < cs[i]->nr; k++) {
-			acc[i] += cs[i]->ranges[k].nr_access;
-			fp[i] += hrc_footprint_pages(cs[i], &cs[i]->ranges[k]);
-		}
+		hrc_totals(cs[i], &acc[i], &fp[i]);
 	}
 	for (;;) {
 		const struct hrc_range *best = NULL;
