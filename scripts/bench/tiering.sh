@@ -131,6 +131,7 @@ ours.update({
     "cpu_pct_budget": agent.get("cpu_pct_budget"),
     "throttled_polls": agent.get("throttled_polls"),
     "balloon_holds": agent.get("balloon_holds"),
+    "balloon_shed_pages": agent.get("balloon_shed"),
     "short_batches": agent.get("short_batches"),
     "page_move_cpu_ns": agent.get("page_move_ns"),
     "abit_cost_ns": {k: f.get("ours_abit_" + k) for k in
