@@ -150,7 +150,7 @@ static void on_term(int sig)
 static void usage(void)
 {
 	fprintf(stderr, "usage: gups-hotset [-s REGION_MB] [-H HOT_MB] [-r RATIO] "
-		"[-t SECONDS] [-i REPORT_MS] [-f FMEM_NODE] [-w READY_FILE] [-k] [-u]\n");
+		"[-t SECONDS] [-i REPORT_MS] [-f FMEM_NODE] [-w READY_FILE] [-k] [-u] [-T]\n");
 	exit(2);
 }
 
@@ -175,10 +175,10 @@ int main(int argc, char **argv)
 	uint64_t t_start, t_end;
 	pthread_t th;
 	size_t off;
-	int c, fork_child = 0, unmap_half = 0, unmapped = 0;
+	int c, fork_child = 0, unmap_half = 0, unmapped = 0, thp = 0;
 	pid_t child = -1;
 
-	while ((c = getopt(argc, argv, "s:H:r:t:i:f:w:ku")) != -1) {
+	while ((c = getopt(argc, argv, "s:H:r:t:i:f:w:kuT")) != -1) {
 		switch (c) {
 		case 's': region_mb = arg_ul(optarg, 2, 1UL << 20); break;
 		case 'H': hot_mb = arg_ul(optarg, 1, 1UL << 20); break;
@@ -189,6 +189,7 @@ int main(int argc, char **argv)
 		case 'w': ready_file = optarg; break;
 		case 'k': fork_child = 1; break;
 		case 'u': unmap_half = 1; break;
+		case 'T': thp = 1; break;
 		default: usage();
 		}
 	}
@@ -202,7 +203,9 @@ int main(int argc, char **argv)
 		perror("mmap");
 		return 1;
 	}
-	madvise(region, region_bytes, MADV_NOHUGEPAGE);
+	/* 4 KiB pages unless asked (-T: THP wherever the kernel allows it) */
+	if (madvise(region, region_bytes, thp ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) && thp)
+		perror("madvise(MADV_HUGEPAGE)");
 	/* First touch: cold part first, the hot set last. */
 	for (off = 0; off < region_bytes; off += PAGE)
 		region[off / 8] = off;

@@ -126,3 +126,14 @@ void cpu_budget_learn(struct cpu_budget *b, unsigned long long cpu_ns,
 		cost = 100.0;	/* a clock tick's granularity is coarse */
 	b->page_ns = b->page_ns * 0.5 + cost * 0.5;
 }
+
+int reloc_balloon_holds(struct balloon_watch *w, long size, long target,
+			unsigned long long now_ms, unsigned long long stuck_ms)
+{
+	if (size != w->last_size) {
+		w->last_size = size;
+		w->last_change_ms = now_ms;
+	}
+	return size >= 0 && target > size &&
+	       now_ms - w->last_change_ms < stuck_ms;
+}

@@ -102,4 +102,20 @@ size_t cpu_budget_pages(const struct cpu_budget *b, size_t max);
 void cpu_budget_learn(struct cpu_budget *b, unsigned long long cpu_ns,
 		      size_t pages);
 
+/*
+ * Whether relocation waits for the FMem balloon: it holds @size pages of
+ * its @target and last grew at @last_change_ms.  While it is inflating,
+ * pages a demotion frees go to the balloon, not to the promotion they
+ * were freed for; a balloon that has not grown for @stuck_ms is stuck
+ * (its allocations fail) and does not hold relocation any longer.
+ * @size < 0: no balloon driver.
+ */
+struct balloon_watch {
+	long last_size;
+	unsigned long long last_change_ms;
+};
+
+int reloc_balloon_holds(struct balloon_watch *w, long size, long target,
+			unsigned long long now_ms, unsigned long long stuck_ms);
+
 #endif /* _AGENT_RELOC_H */

@@ -571,7 +571,36 @@ out:
 struct agent_stats {
 	unsigned long long rounds, promoted, demoted, failed, queried;
 	unsigned long long throttled;	/* polls skipped by the CPU budget */
+	unsigned long long balloon_holds; /* rounds that only shed for the FMem balloon */
+	unsigned long long balloon_shed;  /* pages demoted for the FMem balloon */
+	unsigned long long short_batches; /* promotion batches that fell short */
 };
+
+#define FMEM_BALLOON	"/sys/kernel/demeter_balloon/fmem"
+
+/*
+ * Pages the FMem balloon (demeter_balloon.ko) still wants while it is
+ * inflating and growing, else 0.  While it inflates, every FMem page a
+ * demotion frees goes to the balloon, not to the promotion it was for
+ * (seen: 35,499 pages demoted for 16,558 promoted, 18,941 promotions
+ * failed, in a 28 s run whose balloon took 64 MiB of FMem), and when FMem
+ * is full of the workload the balloon itself crawls (34 s for 64 MiB in
+ * the shadow-paging testbed while the agent only waited).  So the agent
+ * stops promoting and gives the balloon the coldest FMem pages instead:
+ * the capacity shrinks, and what must leave FMem is what is least used.
+ * No balloon driver: 0; a balloon that stopped growing for 5 s: 0
+ * (reloc_balloon_holds()).
+ */
+static size_t fmem_balloon_shortfall(void)
+{
+	static struct balloon_watch w = { .last_size = -1 };
+	long size = read_long(FMEM_BALLOON "/size_pages", -1);
+	long target = read_long(FMEM_BALLOON "/target_pages", -1);
+
+	if (!reloc_balloon_holds(&w, size, target, now_ms(), 5000))
+		return 0;
+	return (size_t)(target - size);
+}
 
 struct target_state {
 	long long last_epoch;
@@ -628,14 +657,14 @@ static unsigned long long self_cpu_ns(void);
 
 static void round_one(int ti, int fmem, int smem, struct target_state *ts,
 		      struct agent_stats *as, size_t max_moves,
-		      struct cpu_budget *cb)
+		      struct cpu_budget *cb, size_t shed)
 {
 	static struct iv promo_iv[MAX_IV], demo_iv[MAX_IV], vma[MAX_VMAS];
 	static double dsz[MAX_IV], dden[MAX_IV];
 	double floor_d;
 	struct pagelist pro = { 0 }, dem = { 0 };
 	size_t budget = opt_scan_cap, np, nd, i, hl, hl0, failed = 0;
-	size_t promoted = 0, demoted = 0;
+	size_t promoted = 0, demoted = 0, moved;
 	long long ep, ep2;
 	long pid = target_pid(ti), freep, reserve;
 	int npi, ndi, nv, pidfd;
@@ -663,7 +692,8 @@ static void round_one(int ti, int fmem, int smem, struct target_state *ts,
 	}
 	npi = read_list(ti, "promote", promo_iv, MAX_IV, &ep);
 	ndi = read_list(ti, "demote", demo_iv, MAX_IV, &ep2);
-	if (npi <= 0 || ndi < 0 || ep == ts->last_epoch)
+	if ((npi <= 0 && !shed) || ndi < 0 || (shed && !ndi) ||
+	    ep == ts->last_epoch)
 		goto out;
 	/* after a round that moved nothing, wait longer (up to 8 epochs) */
 	if (ts->last_epoch >= 0 && ep < ts->last_epoch + (long long)ts->backoff)
@@ -693,6 +723,24 @@ static void round_one(int ti, int fmem, int smem, struct target_state *ts,
 		.vma = vma, .nvma = nv, .want_node = fmem, .want_fast = 1,
 		.budget = &budget, .skip = &ts->demo_skip };
 
+	if (shed) {
+		/* no promotion: the coldest FMem pages go, up to the shortfall */
+		size_t want = shed < max_moves ? shed : max_moves;
+		void *dp;
+		double dd;
+
+		while (dem.n < want && walk_next(dw, &dp, &dd))
+			pl_push(&dem, dp, dd);
+		as->queried += opt_scan_cap - budget;
+		c0 = self_cpu_ns();
+		demoted = move_to(pid, pidfd, dem.v, dem.n, smem, &failed);
+		cpu_budget_learn(cb, self_cpu_ns() - c0, dem.n);
+		as->balloon_shed += demoted;
+		np = 0;
+		nd = dem.n;
+		hl0 = 0;
+		goto account;
+	}
 	freep = node_free_pages(fmem);
 	reserve = (long)(opt_reserve_mb << 20) / (long)PAGE;
 	hl0 = hl = freep > reserve ? (size_t)(freep - reserve) : 0;
@@ -731,12 +779,24 @@ static void round_one(int ti, int fmem, int smem, struct target_state *ts,
 		p = reloc_batch(want, got, &hl);
 		if (!p)
 			break;
-		promoted += move_to(pid, pidfd, pro.v + i, p, fmem, &failed);
+		moved = move_to(pid, pidfd, pro.v + i, p, fmem, &failed);
+		promoted += moved;
 		i += p;
+		/*
+		 * Short: FMem is below its high watermark (the page allocator
+		 * refuses a promotion there even after a demotion freed a
+		 * page).  Keep going: the next demotions lift it above the
+		 * mark, and ending the round here left the agent demoting one
+		 * batch per round and promoting nothing (seen after the
+		 * balloon had taken FMem down to the mark).
+		 */
+		if (moved < p)
+			as->short_batches++;
 		if (stop)
 			break;
 	}
 	cpu_budget_learn(cb, self_cpu_ns() - c0, i + demoted);
+account:
 	if (promoted || demoted)
 		ts->backoff = 1;
 	else if (ts->backoff < 8)
@@ -992,7 +1052,7 @@ static int cmd_run(void)
 		if (n < 0)
 			break;	/* module unloaded */
 		for (i = 0; i < n && i < MAX_TARGETS && !stop; i++) {
-			size_t allowed;
+			size_t allowed, shed;
 
 			cpu_budget_update(&cb, now_ms() * 1000000ULL,
 					  manager_cpu_ns());
@@ -1002,9 +1062,12 @@ static int cmd_run(void)
 				as.throttled++;
 				break;	/* over the CPU budget: wait */
 			}
+			shed = fmem_balloon_shortfall();
+			if (shed)
+				as.balloon_holds++;
 			if (target_running(i))
 				round_one(i, fmem, smem, &tstate[i], &as,
-					  allowed, &cb);
+					  allowed, &cb, shed);
 		}
 		now = now_ms();
 		/* after a round, and at least once a second */
@@ -1026,10 +1089,12 @@ static int cmd_run(void)
 	printf("{\"agent\":\"done\",\"rounds\":%llu,\"promoted\":%llu,"
 	       "\"demoted\":%llu,\"failed\":%llu,\"queried\":%llu,"
 	       "\"agent_cpu_ns\":%llu,\"wall_ms\":%llu,\"cpu_pct_budget\":%u,"
-	       "\"throttled_polls\":%llu,\"page_move_ns\":%.0f}\n", as.rounds,
+	       "\"throttled_polls\":%llu,\"page_move_ns\":%.0f,"
+	       "\"balloon_holds\":%llu,\"balloon_shed\":%llu,"
+	       "\"short_batches\":%llu}\n", as.rounds,
 	       as.promoted, as.demoted, as.failed, as.queried, self_cpu_ns(),
 	       (unsigned long long)(now_ms() - t0), opt_cpu_pct, as.throttled,
-	       cb.page_ns);
+	       cb.page_ns, as.balloon_holds, as.balloon_shed, as.short_batches);
 	return 0;
 }
 

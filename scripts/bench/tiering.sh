@@ -15,7 +15,10 @@
 # QEMU TCG, no VMM) or nested (our VMM in the L1 testbed);
 # BENCH_TIERING_APPEND (extra L2 command line, l2-in-qemu only, e.g.
 # "tb.tier_run_s=60"; "tb.tier_cpu_pct=5" caps the manager's CPU with the
-# agent's -c budget). TB_L1_NPT=on (nested mode) runs the L1 with nested
+# agent's -c budget); BENCH_TIERING_L1_APPEND (nested only; default
+# "TB_TIER_RUN_S=60 TB_TIER_BASE_S=20 TB_TIER_BALLOON=0": a run long enough
+# to measure after convergence, without the balloon step that forces
+# demotions half-way). TB_L1_NPT=on (nested mode) runs the L1 with nested
 # paging, as EPT/NPT hardware would; the default L1 uses shadow paging
 # (docs/testbed.md). Progress goes to stderr.
 set -euo pipefail
@@ -30,16 +33,23 @@ l2-in-qemu)
     args+=(--l2-in-qemu)
     [[ -n ${BENCH_TIERING_APPEND:-} ]] && args+=(--l2-append "$BENCH_TIERING_APPEND")
     ;;
-nested) args+=(--nested) ;;
+nested) args+=(--nested --l1-append "${BENCH_TIERING_L1_APPEND-TB_TIER_RUN_S=60 TB_TIER_BASE_S=20 TB_TIER_BALLOON=0}") ;;
 *)
     echo "BENCH_TIERING_MODE must be l2-in-qemu or nested" >&2
     exit 2
     ;;
 esac
 rc=0
-"$ROOT/scripts/testbed.sh" "${args[@]}" tiering-gups >&2 || rc=$?
+# BENCH_TIERING_FROM=RUN_DIR: report on a testbed run made before (e.g.
+# `scripts/testbed.sh --out RUN_DIR ... tiering-gups`) instead of running.
+if [[ -n ${BENCH_TIERING_FROM:-} ]]; then
+    log=$BENCH_TIERING_FROM/tiering-gups/output.log
+else
+    "$ROOT/scripts/testbed.sh" "${args[@]}" tiering-gups >&2 || rc=$?
+    log=$OUT/run/tiering-gups/output.log
+fi
 
-python3 - "$OUT/run/tiering-gups/output.log" "$MODE" "$rc" <<'PY'
+python3 - "$log" "$MODE" "$rc" <<'PY'
 import json, sys
 
 path, mode, rc = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -120,6 +130,9 @@ ours.update({
     "failed_pages": agent.get("failed"),
     "cpu_pct_budget": agent.get("cpu_pct_budget"),
     "throttled_polls": agent.get("throttled_polls"),
+    "balloon_holds": agent.get("balloon_holds"),
+    "balloon_shed_pages": agent.get("balloon_shed"),
+    "short_batches": agent.get("short_batches"),
     "page_move_cpu_ns": agent.get("page_move_ns"),
     "abit_cost_ns": {k: f.get("ours_abit_" + k) for k in
                      ("scan_ns", "arm_ns", "check_ns", "resident_ns", "flush_ns", "epoch_ns")},
@@ -161,6 +174,8 @@ res = {
                   "numa_balancing_tiering": nb_mups},
     "mode": mode,
     "l1_paging": f.get("l1_paging") or l1_paging,
+    "thp": f.get("thp"),
+    "warm_up_mups_series": f.get("warm_mups_series"),
     "scenario_result": l2.get("result"),
     "sampling_source": f.get("ours_source"),
     "pebs": f.get("pebs"),

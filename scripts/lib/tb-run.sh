@@ -269,6 +269,10 @@ tb_boot_l1() {
     local console=$RUN_DIR/l1-console-$attempt.log
     local outtar=$RUN_DIR/l1-out-$attempt.tar
     local qlog=$RUN_DIR/qemu-l1-$attempt.log
+    # CPU resets with their register state: an L1 that dies with no
+    # message (QEMU exits rc=0 under -no-reboot) triple-faulted if QEMU
+    # logged "Triple fault" here.
+    local rlog=$RUN_DIR/qemu-l1-$attempt-resets.log
     for s; do spec+="${spec:+,}$s:${TB_TIMEOUTS[$s]}"; done
     append="console=ttyS0 loglevel=4 panic=-1 transparent_hugepage=$TB_L1_THP tb.mode=nested tb.scenarios=$spec"
     case ${TB_VMM_OVERRIDE:-} in
@@ -286,7 +290,7 @@ tb_boot_l1() {
     qemu-system-x86_64 "${TB_L1_QEMU_ARGS[@]}" -cpu "$TB_L1_CPU_ARG" \
         -serial "file:$console" -serial "file:$outtar" \
         -kernel "/boot/vmlinuz-$TB_KVER" -initrd "$TB_L1_INITRD" \
-        -append "$append" </dev/null >"$qlog" 2>&1 &
+        -append "$append" -d cpu_reset -D "$rlog" </dev/null >"$qlog" 2>&1 &
     L1_QPID=$!
     tb_monitor "$console" "$L1_QPID" _l1_line _l1_tick
     wait "$L1_QPID" || qrc=$?
@@ -302,6 +306,8 @@ tb_boot_l1() {
         why=$L1_REASON
     elif [[ -n $L1_PANIC ]]; then
         why="L1 kernel panic: $L1_PANIC"
+    elif grep -q 'Triple fault' "$rlog" 2>/dev/null; then
+        why="L1 triple fault (QEMU exited rc=$qrc; CPU state before the reset in $(basename "$rlog"))"
     else
         why="QEMU exited (rc=$qrc) before L1 finished"
     fi

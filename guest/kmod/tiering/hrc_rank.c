@@ -75,6 +75,37 @@ static inline struct hrc_interval hrc_iv(const struct hrc_range *r)
 	return (struct hrc_interval) { .start = r->start, .end = r->end };
 }
 
+/* All accesses and all footprint pages of @c: the mean hrc_above_mean() uses. */
+static void hrc_totals(const struct hrc *c, u64 *acc, u64 *fp)
+{
+	u32 i;
+
+	*acc = 0;
+	*fp = 0;
+	for (i = 0; i < c->nr; i++) {
+		*acc += c->ranges[i].nr_access;
+		*fp += hrc_footprint_pages(c, &c->ranges[i]);
+	}
+}
+
+/*
+ * Whether @r is at least @c->p.hot_pct / 100 times as dense, per footprint
+ * page, as the whole footprint (@acc accesses over @fp pages).  Exact:
+ * nr_access * 100 <= 2^47 and @fp <= 2^52 (pages of a 64-bit space);
+ * @acc <= max_ranges * 2^40 and hot_pct * footprint is clamped.
+ */
+static bool hrc_above_mean(const struct hrc *c, const struct hrc_range *r,
+			   u64 acc, u64 fp)
+{
+	u64 mine = hrc_footprint_pages(c, r), scaled;
+
+	if (!c->p.hot_pct)
+		return true;
+	scaled = mine > U64_MAX / c->p.hot_pct ? U64_MAX :
+		 mine * c->p.hot_pct;
+	return hrc_cmp_prod(r->nr_access * 100, fp, acc, scaled) >= 0;
+}
+
 /**
  * hrc_select() - promotion and demotion candidates for an FMEM capacity.
  * @c:		context.
@@ -82,28 +113,36 @@ static inline struct hrc_interval hrc_iv(const struct hrc_range *r)
  * @sel:	caller arrays in, results out (see struct hrc_selection).
  *
  * The hot set is filled in ranking order with every range that has
- * accesses and whose footprint (hrc_footprint_pages(): resident base
- * pages once measured, else its size) still fits @fmem_pages; a range
- * that does not fit is passed over and smaller, colder ones keep filling
- * the capacity (the paper's f counts what can be placed, and one big
- * range must not leave FMEM half empty).  The hot ranges are returned
- * hottest first in @sel->promo, all others coldest first in @sel->demo;
- * the caller walks them until it has as many FMEM pages as it promotes.
+ * accesses, is significantly denser than the footprint's mean
+ * (hrc_params.hot_pct) and whose footprint (hrc_footprint_pages():
+ * resident base pages once measured, else its size) still fits
+ * @fmem_pages; a range that does not fit is passed over and smaller,
+ * colder ones keep filling the capacity (the paper's f counts what can
+ * be placed, and one big range must not leave FMEM half empty).  The
+ * mean floor keeps ranges of ordinary density out: what is not clearly
+ * hotter than the rest gains nothing from a move, and the order among
+ * such ranges is sampling noise, which would rotate them between the
+ * tiers.  The hot ranges are returned hottest first in @sel->promo, all
+ * others coldest first in @sel->demo; the caller walks them until it has
+ * as many FMEM pages as it promotes.
  */
 void hrc_select(struct hrc *c, u64 fmem_pages, struct hrc_selection *sel)
 {
-	u64 used = 0;
+	u64 used = 0, acc, fp;
 	u32 f, i, nr_hot = 0;
 
 	hrc_rank(c);
 	sel->nr_promo = 0;
 	sel->nr_demo = 0;
+	hrc_totals(c, &acc, &fp);
 	for (f = 0; f < c->nr; f++) {
 		struct hrc_range *r = &c->ranges[c->order[f]];
 		u64 need = hrc_footprint_pages(c, r);
 
 		if (!r->nr_access)
 			break;		/* the rest is colder still */
+		if (!hrc_above_mean(c, r, acc, fp))
+			continue;	/* ranked by size, judged by footprint */
 		if (need > fmem_pages - used)
 			continue;	/* too big: smaller ones may fit */
 		used += need;
@@ -134,8 +173,9 @@ void hrc_select(struct hrc *c, u64 fmem_pages, struct hrc_selection *sel)
  *
  * The capacity goes to the hottest ranges of all contexts together: a
  * k-way merge of their rankings by access density, with the rule
- * hrc_select() uses within one context (ranges with accesses, in order,
- * each taken if its footprint still fits, passed over otherwise).
+ * hrc_select() uses within one context (ranges with accesses and above
+ * their own context's mean floor, in order, each taken if its footprint
+ * still fits, passed over otherwise).
  * Context @which gets the footprint of its own ranges so taken, so
  * hrc_select() with the returned share selects exactly those.  With one
  * context the share is the whole capacity.  Densities are only comparable
@@ -147,6 +187,7 @@ void hrc_select(struct hrc *c, u64 fmem_pages, struct hrc_selection *sel)
 u64 hrc_share(struct hrc *const *cs, u32 n, u32 which, u64 fmem_pages)
 {
 	u32 pos[HRC_SHARE_MAX] = { 0 };
+	u64 acc[HRC_SHARE_MAX], fp[HRC_SHARE_MAX];
 	u64 used = 0, mine = 0;
 	u32 i;
 
@@ -156,8 +197,10 @@ u64 hrc_share(struct hrc *const *cs, u32 n, u32 which, u64 fmem_pages)
 		return fmem_pages;
 	if (n > HRC_SHARE_MAX)
 		return fmem_pages / n;	/* beyond the merge's bound: even split */
-	for (i = 0; i < n; i++)
+	for (i = 0; i < n; i++) {
 		hrc_rank(cs[i]);
+		hrc_totals(cs[i], &acc[i], &fp[i]);
+	}
 	for (;;) {
 		const struct hrc_range *best = NULL;
 		u32 bi = 0;
@@ -180,6 +223,8 @@ u64 hrc_share(struct hrc *const *cs, u32 n, u32 which, u64 fmem_pages)
 		if (!best)
 			break;
 		pos[bi]++;
+		if (!hrc_above_mean(cs[bi], best, acc[bi], fp[bi]))
+			continue;
 		need = hrc_footprint_pages(cs[bi], best);
 		if (need > fmem_pages - used)
 			continue;	/* too big: smaller ones may fit */

@@ -32,6 +32,7 @@ void hrc_default_params(struct hrc_params *p)
 	p->split_thresh = HRC_DEF_SPLIT_THRESH;
 	p->nr_cpus = 1;
 	p->significance_pct = HRC_DEF_SIGNIFICANCE_PCT;
+	p->hot_pct = HRC_DEF_HOT_PCT;
 	p->merge_epochs = HRC_DEF_MERGE_EPOCHS;
 	p->decay_shift = HRC_DEF_DECAY_SHIFT;
 	p->split_period_ms = HRC_DEF_SPLIT_PERIOD_MS;
@@ -72,6 +73,8 @@ int hrc_params_validate(const struct hrc_params *p, u32 capacity)
 	    p->split_period_ms > HRC_MAX_SPLIT_PERIOD_MS)
 		return -EINVAL;
 	if (p->half_split > 1 || p->edge_split > 1)
+		return -EINVAL;
+	if (p->hot_pct > HRC_MAX_HOT_PCT)
 		return -EINVAL;
 	return 0;
 }

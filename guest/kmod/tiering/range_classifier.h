@@ -39,6 +39,8 @@
 #define HRC_MAX_SPLIT_THRESH		(1U << 20)
 #define HRC_MIN_SIGNIFICANCE_PCT	100
 #define HRC_MAX_SIGNIFICANCE_PCT	100000
+#define HRC_DEF_HOT_PCT			200
+#define HRC_MAX_HOT_PCT			100000
 #define HRC_MAX_MERGE_EPOCHS		(1U << 20)
 #define HRC_MAX_DECAY_SHIFT		16
 #define HRC_MIN_SPLIT_PERIOD_MS		10
@@ -71,6 +73,15 @@
  *			split when an adjacent range is alpha times denser
  *			than it, so that the boundary of a hot area that is
  *			not on a halving point is found (see README).
+ * @hot_pct:		a range joins the hot set only if its access density
+ *			per footprint page is at least @hot_pct / 100 times
+ *			the mean over the whole footprint (all ranges'
+ *			accesses over all their footprint pages); 0: any
+ *			range with accesses may fill the capacity (the
+ *			paper's f).  Without this floor, FMEM room beyond the
+ *			real hot set is filled with cold ranges whose order
+ *			is sampling noise, and pages rotate between the tiers
+ *			for no gain.
  * @split_period_ms:	t_split: epoch length.  Not used by the core (the
  *			caller drives time); kept here so that one struct
  *			holds every knob and is validated in one place.
@@ -86,6 +97,7 @@ struct hrc_params {
 	u32 split_period_ms;
 	u32 half_split;
 	u32 edge_split;
+	u32 hot_pct;
 };
 
 /**

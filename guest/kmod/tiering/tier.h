@@ -118,7 +118,7 @@ enum tier_sampler_req { TIER_REQ_AUTO, TIER_REQ_PEBS, TIER_REQ_ABIT };
 
 /* module parameters (tier_main.c), read with READ_ONCE() */
 extern unsigned int tier_split_period_ms, tier_split_thresh;
-extern unsigned int tier_significance_pct, tier_merge_epochs;
+extern unsigned int tier_significance_pct, tier_merge_epochs, tier_hot_pct;
 extern unsigned int tier_max_ranges, tier_scan_interval_ms;
 extern unsigned int tier_abit_min_window_ms, tier_abit_young_lo_pct;
 extern unsigned int tier_abit_young_hi_pct, tier_half_split;

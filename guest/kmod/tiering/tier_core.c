@@ -132,6 +132,7 @@ static void tier_params(struct hrc_params *p)
 	hrc_default_params(p);
 	p->split_thresh = READ_ONCE(tier_split_thresh);
 	p->significance_pct = READ_ONCE(tier_significance_pct);
+	p->hot_pct = READ_ONCE(tier_hot_pct);
 	p->merge_epochs = READ_ONCE(tier_merge_epochs);
 	p->split_period_ms = READ_ONCE(tier_split_period_ms);
 	p->half_split = READ_ONCE(tier_half_split);

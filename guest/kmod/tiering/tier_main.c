@@ -27,6 +27,7 @@
 unsigned int tier_split_period_ms = HRC_DEF_SPLIT_PERIOD_MS;
 unsigned int tier_split_thresh = HRC_DEF_SPLIT_THRESH;
 unsigned int tier_significance_pct = HRC_DEF_SIGNIFICANCE_PCT;
+unsigned int tier_hot_pct = HRC_DEF_HOT_PCT;
 unsigned int tier_merge_epochs = HRC_DEF_MERGE_EPOCHS;
 unsigned int tier_max_ranges = HRC_DEF_MAX_RANGES;
 unsigned int tier_scan_interval_ms = 500;
@@ -66,6 +67,8 @@ TIER_UINT_PARAM(split_thresh, tier_split_thresh, 1, HRC_MAX_SPLIT_THRESH,
 		"tau_split: samples per vCPU per epoch to split");
 TIER_UINT_PARAM(significance_pct, tier_significance_pct, HRC_MIN_SIGNIFICANCE_PCT,
 		HRC_MAX_SIGNIFICANCE_PCT, "alpha x 100");
+TIER_UINT_PARAM(hot_pct, tier_hot_pct, 0, HRC_MAX_HOT_PCT,
+		"hot set floor: a range must be this % of the footprint's mean access density (0 = fill FMem with any range with accesses)");
 TIER_UINT_PARAM(merge_epochs, tier_merge_epochs, 0, HRC_MAX_MERGE_EPOCHS,
 		"tau_merge (0 = never merge)");
 TIER_UINT_PARAM(max_ranges, tier_max_ranges, HRC_MIN_RANGES, 65536,

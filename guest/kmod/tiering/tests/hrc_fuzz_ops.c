@@ -96,7 +96,7 @@ static int fz_select(struct fz_state *s, struct fz *f)
 	u64 cap = pages > (U64_MAX >> 12) ? U64_MAX : pages << 12;
 	struct hrc *c = &s->c;
 	static bool hot[FZ_MAX_CAP];
-	u64 sum = 0, used = 0;
+	u64 sum = 0, used = 0, acc = 0, fp = 0;
 	u32 i, nh = 0, np = 0, nd = 0;
 
 	/* sometimes measure residency (then the footprint is resident pages) */
@@ -143,13 +143,26 @@ static int fz_select(struct fz_state *s, struct fz *f)
 		if (c->ranges[i].flags)
 			FAIL("select left flags set");
 	/*
-	 * Oracle: in ranking order, every range with accesses whose footprint
+	 * Oracle: in ranking order, every range with accesses that is at
+	 * least hot_pct % of the footprint's mean density and whose footprint
 	 * still fits is hot (others are passed over, not a stop); the first
-	 * range without accesses ends the hot set.
+	 * range without accesses ends the hot set.  The floor is checked in
+	 * 128-bit arithmetic, independently of hrc_cmp_prod().
 	 */
+	for (i = 0; i < c->nr; i++) {
+		acc += c->ranges[i].nr_access;
+		fp += hrc_footprint_pages(c, &c->ranges[i]);
+	}
 	for (i = 0; i < c->nr; i++) {
 		const struct hrc_range *r = &c->ranges[c->order[i]];
 		u64 need = hrc_footprint_pages(c, r);
+		unsigned __int128 lhs = (unsigned __int128)r->nr_access * 100 * fp;
+		unsigned __int128 scaled = (unsigned __int128)need * c->p.hot_pct;
+		unsigned __int128 rhs;
+
+		if (scaled > U64_MAX)	/* documented saturation */
+			scaled = U64_MAX;
+		rhs = (unsigned __int128)acc * scaled;
 
 		hot[i] = false;
 		if (!r->nr_access) {
@@ -157,6 +170,8 @@ static int fz_select(struct fz_state *s, struct fz *f)
 				hot[i] = false;
 			break;
 		}
+		if (c->p.hot_pct && lhs < rhs)
+			continue;
 		if (need <= pages - used) {
 			used += need;
 			hot[i] = true;
@@ -180,7 +195,7 @@ static int fz_params(struct fz_state *s, struct fz *f)
 	struct hrc_params old = s->c.p, p = s->c.p;
 	int ret;
 
-	switch (fz_below(f, 1, 8)) {
+	switch (fz_below(f, 1, 9)) {
 	case 0:
 		p.max_ranges = (u32)fz_below(f, 1, FZ_MAX_CAP + 2);
 		break;
@@ -201,6 +216,9 @@ static int fz_params(struct fz_state *s, struct fz *f)
 		break;
 	case 6:
 		p.granularity = 1ULL << fz_below(f, 1, 64);
+		break;
+	case 7:
+		p.hot_pct = (u32)fz_bytes(f, 4) % (HRC_MAX_HOT_PCT + 2);
 		break;
 	default:
 		p.split_period_ms = (u32)fz_bytes(f, 4);
@@ -237,6 +255,7 @@ static int fz_setup(struct fz_state *s, struct fz *f)
 	p.split_thresh = 1 + (u32)fz_below(f, 1, 20);
 	p.nr_cpus = 1 + (u32)fz_below(f, 1, 4);
 	p.significance_pct = 100 + (u32)fz_below(f, 1, 256) * 4;
+	p.hot_pct = fz_below(f, 1, 2) ? 0 : (u32)fz_below(f, 1, 1024);
 	p.merge_epochs = (u32)fz_below(f, 1, 6);
 	p.decay_shift = 1 + (u32)fz_below(f, 1, 3);
 

@@ -298,6 +298,7 @@ static void fixture(struct tctx *t)
 	unsigned int i;
 
 	hrc_default_params(&p);
+	p.hot_pct = 0;	/* capacity mechanics only (floor: test_capacity.c) */
 	p.max_ranges = 6;
 	CHECK_EQ(tctx_init(t, 6, &p, iv, 6), 0);
 	t->c.epoch = 5;
@@ -435,6 +436,7 @@ static void share_splits_capacity_by_global_density(void)
 						  64 * MiB + (i + 1) * 2 * MiB };
 	}
 	hrc_default_params(&p);
+	p.hot_pct = 0;
 	p.max_ranges = 8;
 	CHECK_EQ(tctx_init(&a, 8, &p, a_iv, 8), 0);
 	CHECK_EQ(tctx_init(&b, 8, &p, b_iv, 8), 0);

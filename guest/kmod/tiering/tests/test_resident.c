@@ -19,6 +19,7 @@ static void fixture(struct tctx *t)
 	struct hrc_params p;
 
 	hrc_default_params(&p);
+	p.hot_pct = 0;	/* capacity mechanics only */
 	p.max_ranges = 8;
 	CHECK_EQ(tctx_init(t, 8, &p, iv, 4), 0);
 	t->c.ranges[0].nr_access = 160;
@@ -115,6 +116,7 @@ static void share_counts_resident_pages(void)
 	struct hrc *cs[2];
 
 	hrc_default_params(&p);
+	p.hot_pct = 0;	/* capacity mechanics only */
 	p.max_ranges = 4;
 	CHECK_EQ(tctx_init(&a, 4, &p, &a_iv, 1), 0);
 	CHECK_EQ(tctx_init(&b, 4, &p, &b_iv, 1), 0);
@@ -174,12 +176,160 @@ static void cover_adds_the_uncovered_parts(void)
 	tctx_free(&t);
 }
 
+/*
+ * The hot-set floor (hrc_params.hot_pct): a GUPS-like footprint of ten
+ * 64 MiB ranges, one with 10x the access density of the nine others,
+ * whose counts carry +-40 % sampling noise.  FMEM holds 8 of the 10.
+ * With the floor (default 200 %) the hot set is the dense range in every
+ * one of 200 noise draws, so nothing rotates; without it (0) the other
+ * seven slots go to cold ranges picked by the noise, a different set
+ * from draw to draw (the pages the agent would move for no gain).
+ */
+static void hot_floor_keeps_noise_out_of_the_hot_set(void)
+{
+	struct hrc_interval iv[10], pro[10], dem[10];
+	struct hrc_selection s = {
+		.promo = pro, .promo_max = 10, .demo = dem, .demo_max = 10,
+	};
+	struct hrc_params p;
+	struct tctx t;
+	u64 rng = 42, first_cold = 0;
+	u32 i, draw, changed = 0;
+
+	for (i = 0; i < 10; i++)
+		iv[i] = (struct hrc_interval) { i * 64 * MiB, (i + 1) * 64 * MiB };
+	hrc_default_params(&p);
+	p.max_ranges = 16;
+	CHECK_EQ(p.hot_pct, HRC_DEF_HOT_PCT);
+	CHECK_EQ(tctx_init(&t, 16, &p, iv, 10), 0);
+	for (i = 0; i < 10; i++)
+		hrc_set_resident(&t.c, i, 64 * MiB >> 12, 0);
+	for (draw = 0; draw < 200; draw++) {
+		for (i = 0; i < 10; i++) {
+			u64 base = i == 9 ? 10000 : 1000;
+
+			t.c.ranges[i].nr_access = base * 6 / 10 +
+				trand_below(&rng, base * 8 / 10 + 1);
+		}
+		t.c.ranked = false;
+		t.c.p.hot_pct = HRC_DEF_HOT_PCT;
+		hrc_select(&t.c, 8 * (64 * MiB >> 12), &s);
+		CHECK_EQ(s.nr_hot, 1);
+		CHECK_EQ(pro[0].start, 9 * 64 * MiB);
+		CHECK_EQ(s.nr_demo, 9);
+		/* without the floor: full capacity, cold ranges by noise */
+		t.c.p.hot_pct = 0;
+		hrc_select(&t.c, 8 * (64 * MiB >> 12), &s);
+		CHECK_EQ(s.nr_hot, 8);
+		CHECK_EQ(pro[0].start, 9 * 64 * MiB);
+		if (draw && pro[7].start != first_cold)
+			changed++;
+		first_cold = pro[7].start;
+	}
+	/* the noise really reorders the cold ranges (the test has teeth) */
+	CHECK(changed > 50);
+	CHECK_EQ(hrc_validate(&t.c), 0);
+	tctx_free(&t);
+}
+
+/*
+ * The floor is a ratio to the footprint's mean: a uniform footprint has
+ * no hot set at all; a range twice as dense as the mean qualifies at
+ * 200 % (>=), just below it does not; resident pages, not virtual sizes,
+ * make the mean once measured.
+ */
+static void hot_floor_is_relative_to_the_resident_mean(void)
+{
+	struct hrc_interval iv[4] = {
+		{ 0, 4 * MiB }, { 4 * MiB, 8 * MiB },
+		{ 8 * MiB, 12 * MiB }, { 12 * MiB, 16 * MiB },
+	}, pro[4], dem[4];
+	struct hrc_selection s = {
+		.promo = pro, .promo_max = 4, .demo = dem, .demo_max = 4,
+	};
+	struct hrc_params p;
+	struct tctx t;
+	u32 i;
+
+	hrc_default_params(&p);
+	p.max_ranges = 8;
+	CHECK_EQ(tctx_init(&t, 8, &p, iv, 4), 0);
+	for (i = 0; i < 4; i++)
+		t.c.ranges[i].nr_access = 100;
+	t.c.ranked = false;
+	hrc_select(&t.c, U64_MAX, &s);
+	CHECK_EQ(s.nr_hot, 0);		/* uniform: nothing worth a move */
+	CHECK_EQ(s.nr_demo, 4);
+	/* mean = 500 / 4 ranges = 125 per range: 250 is exactly 2x */
+	t.c.ranges[0].nr_access = 250;
+	t.c.ranges[1].nr_access = 50;
+	t.c.ranked = false;
+	hrc_select(&t.c, U64_MAX, &s);
+	CHECK_EQ(s.nr_hot, 1);
+	CHECK_EQ(pro[0].start, 0);
+	t.c.ranges[0].nr_access = 249;
+	t.c.ranges[1].nr_access = 51;
+	t.c.ranked = false;
+	hrc_select(&t.c, U64_MAX, &s);
+	CHECK_EQ(s.nr_hot, 0);
+	/*
+	 * Residency: range 3 has only 64 of its 1024 pages present, so its
+	 * 100 accesses are dense per resident page (mean: 500 accesses over
+	 * 3 * 1024 + 64 pages); by virtual size it would be ordinary.
+	 */
+	t.c.ranges[0].nr_access = 100;
+	t.c.ranges[1].nr_access = 100;
+	for (i = 0; i < 3; i++)
+		hrc_set_resident(&t.c, i, 1024, 0);
+	hrc_set_resident(&t.c, 3, 64, 0);
+	t.c.ranked = false;
+	hrc_select(&t.c, U64_MAX, &s);
+	CHECK_EQ(s.nr_hot, 1);
+	CHECK_EQ(pro[0].start, 12 * MiB);
+	CHECK_EQ(s.hot_bytes, 64ULL * 4096);
+	/* hot_pct 0 restores filling with any range that has accesses */
+	t.c.p.hot_pct = 0;
+	hrc_select(&t.c, U64_MAX, &s);
+	CHECK_EQ(s.nr_hot, 4);
+	tctx_free(&t);
+}
+
+/* hrc_share() applies each context's own floor: a context with a flat
+ * footprint gets no share, however dense its ranges are globally. */
+static void share_applies_each_contexts_floor(void)
+{
+	struct hrc_interval a_iv[2] = { { 0, 4 * MiB }, { 4 * MiB, 8 * MiB } };
+	struct hrc_interval b_iv[2] = { { 64 * MiB, 68 * MiB }, { 68 * MiB, 72 * MiB } };
+	struct hrc_params p;
+	struct tctx a, b;
+	struct hrc *cs[2];
+
+	hrc_default_params(&p);
+	p.max_ranges = 4;
+	CHECK_EQ(tctx_init(&a, 4, &p, a_iv, 2), 0);
+	CHECK_EQ(tctx_init(&b, 4, &p, b_iv, 2), 0);
+	cs[0] = &a.c;
+	cs[1] = &b.c;
+	a.c.ranges[0].nr_access = 1000;	/* flat, but dense */
+	a.c.ranges[1].nr_access = 1000;
+	b.c.ranges[0].nr_access = 300;	/* skewed: all in range 0, 2x the mean */
+	b.c.ranges[1].nr_access = 0;
+	a.c.ranked = b.c.ranked = false;
+	CHECK_EQ(hrc_share(cs, 2, 0, U64_MAX), 0);
+	CHECK_EQ(hrc_share(cs, 2, 1, U64_MAX), 4 * MiB >> 12);
+	tctx_free(&a);
+	tctx_free(&b);
+}
+
 const struct hrc_test hrc_resident_tests[] = {
 	HRC_TEST(cover_adds_the_uncovered_parts),
 	HRC_TEST(select_fills_past_a_range_that_does_not_fit),
 	HRC_TEST(select_counts_resident_pages),
 	HRC_TEST(residency_survives_split_and_merge),
 	HRC_TEST(share_counts_resident_pages),
+	HRC_TEST(hot_floor_keeps_noise_out_of_the_hot_set),
+	HRC_TEST(hot_floor_is_relative_to_the_resident_mean),
+	HRC_TEST(share_applies_each_contexts_floor),
 };
 const unsigned int hrc_nr_resident_tests =
 	sizeof(hrc_resident_tests) / sizeof(hrc_resident_tests[0]);

@@ -281,6 +281,25 @@ static void cpu_budget_limits_moves(void)
 	cpu_budget_learn(&b, 123, 0);
 }
 
+/*
+ * Relocation waits while the FMem balloon inflates and grows, and no
+ * longer once it is stuck (5 s without growth), deflating or absent.
+ */
+static void balloon_hold_waits_only_for_a_growing_balloon(void)
+{
+	struct balloon_watch w = { .last_size = -1 };
+
+	CHECK(!reloc_balloon_holds(&w, -1, -1, 0, 5000));	/* no driver */
+	CHECK(!reloc_balloon_holds(&w, 0, 0, 100, 5000));	/* at target */
+	CHECK(reloc_balloon_holds(&w, 0, 16384, 200, 5000));	/* inflating */
+	CHECK(reloc_balloon_holds(&w, 4096, 16384, 1200, 5000));
+	CHECK(reloc_balloon_holds(&w, 4096, 16384, 6100, 5000));
+	CHECK(!reloc_balloon_holds(&w, 4096, 16384, 6300, 5000)); /* stuck */
+	CHECK(reloc_balloon_holds(&w, 4100, 16384, 6400, 5000)); /* grew again */
+	CHECK(!reloc_balloon_holds(&w, 16384, 16384, 7000, 5000)); /* reached */
+	CHECK(!reloc_balloon_holds(&w, 16000, 0, 8000, 5000));	/* deflating */
+}
+
 const struct hrc_test hrc_sample_tests[] = {
 	HRC_TEST(decode_filters_records),
 	HRC_TEST(ring_counts_overwrites_and_drains),
@@ -289,6 +308,7 @@ const struct hrc_test hrc_sample_tests[] = {
 	HRC_TEST(reloc_plan_is_balanced),
 	HRC_TEST(reloc_hysteresis_ignores_noise),
 	HRC_TEST(cpu_budget_limits_moves),
+	HRC_TEST(balloon_hold_waits_only_for_a_growing_balloon),
 };
 const unsigned int hrc_nr_sample_tests =
 	sizeof(hrc_sample_tests) / sizeof(hrc_sample_tests[0]);
