@@ -11,16 +11,20 @@
 # whether every output was identical; the hotness model's fit figures.
 #
 # Arguments go to scripts/testbed.sh (e.g. --no-build). Environment:
-# TB_MTP_BENCH_APPEND (extra L2 command line, e.g. "tb.mtp_rounds=6").
+# TB_MTP_BENCH_APPEND (tb.mtp_* keys for the L2, e.g. "tb.mtp_workloads=orm
+# tb.mtp_rounds=6"; they reach it through the L1 kernel command line).
 # Progress goes to stderr.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=$(mktemp -d /tmp/mtp-bench.XXXXXX)
 
 rc=0
-"$ROOT/scripts/testbed.sh" --out "$OUT/run" "$@" bench-mtp-python >&2 || rc=$?
-# keep the run directory (serial log, VMM stderr) when the scenario failed
-if ((rc == 0)); then trap 'rm -rf "$OUT"' EXIT; else echo "bench mtp: run kept in $OUT/run" >&2; fi
+# the L1 sees no host environment: the keys go on its kernel command line
+"$ROOT/scripts/testbed.sh" --out "$OUT/run" ${TB_MTP_BENCH_APPEND:+--l1-append "$TB_MTP_BENCH_APPEND"} \
+    "$@" bench-mtp-python >&2 || rc=$?
+# the run directory (serial log with each run's MTP stats, VMM stderr, about
+# 100 KB) is kept: the JSON line is a summary, the analysis needs the runs
+echo "bench mtp: run kept in $OUT/run" >&2
 
 python3 - "$OUT/run/bench-mtp-python/output.log" "$rc" "$ROOT/guest/python/mtp/src/mtp/_coefficients.py" \
     "$OUT/run/bench-mtp-python/serial.log" <<'PY'
@@ -76,6 +80,7 @@ checks = l2.get("checks", {})
 workloads = f.get("workloads", "").split()
 pcts = f.get("fmem_pcts", "").split()
 residency, wins, marking, metadata, cpu = {}, {}, [], [], []
+accesses, mtp_runs = {}, {}
 sampling, migrating, migration_max, deferred = [], [], [], 0
 metric = {}
 
@@ -91,6 +96,8 @@ def throughput(result):
 
 for w in workloads:
     residency[w] = {}
+    accesses[w] = {}
+    mtp_runs[w] = {}
     wins[w] = 0
     metric[w] = {"ref_fmem_unlimited": throughput(f.get(f"{w}-ref_result"))}
     for p in pcts:
@@ -101,6 +108,10 @@ for w in workloads:
         row["mtp_late"] = f.get(f"{tag}_mtp_hot_fmem_pct_late")
         row["numab_late"] = f.get(f"{tag}_numab_hot_fmem_pct_late")
         residency[w][p] = row
+        # weighted by DAMON's nr_accesses: MTP's own sweeps read every
+        # tracked object's refcount, which makes cold pages "hot" (accessed)
+        # in the unweighted share; weighted, a page read once per sweep counts little
+        accesses[w][p] = {ph: f.get(f"{tag}_{ph}_acc_fmem_pct_mean") for ph in ("none", "numab", "mtp")}
         if isinstance(row["mtp"], (int, float)) and isinstance(row["numab"], (int, float)) \
                 and row["mtp"] >= row["numab"]:
             wins[w] += 1
@@ -108,6 +119,10 @@ for w in workloads:
         n = f.get(f"{tag}-none_result") or f.get(f"{tag}_none_result")
         if isinstance(m, dict) and m.get("mtp_stats"):
             s = m["mtp_stats"]
+            mtp_runs[w][p] = {k: s.get(k) for k in (
+                "markings", "samples", "migrations", "migrations_deferred", "pages_demoted",
+                "pages_promoted", "pages_deferred", "threshold", "pages_by_node", "objects_tracked",
+                "time_marking", "time_sampling", "time_migrating", "migration", "metadata_node")}
             if m.get("rounds_s"):
                 marking.append(s.get("time_marking", 0) / m["rounds_s"])
                 sampling.append(s.get("time_sampling", 0) / m["rounds_s"])
@@ -134,18 +149,22 @@ print(json.dumps({
     "failures": failures,
     "throughput": metric,
     "hot_fmem_pct": residency,
+    "acc_fmem_pct": accesses,
     "mtp_ge_numab_sizes": {w: f"{wins[w]} of {len(pcts)}" for w in workloads},
     "mtp_ge_numab_2_of_3": all(wins[w] >= 2 for w in workloads) if workloads else None,
     "marking_share_max": rnd(max(marking)) if marking else None,
     "marking_share_le_8_3pct": (max(marking) <= 0.083) if marking else None,
     "sampling_share_max": rnd(max(sampling)) if sampling else None,
     "sampling_share_setting": f.get("mtp_sampling_share"),
+    "migration_settings": {k: f.get(f"mtp_{k}") for k in
+                           ("samples_per_migration", "migration_ms", "migration_share")},
     "migrating_share_max": rnd(max(migrating)) if migrating else None,
     "migration_round_max_s": rnd(max(migration_max)) if migration_max else None,
     "pages_deferred_by_budget": deferred,
     "metadata_share_of_rss_max": rnd(max(metadata)) if metadata else None,
     "metadata_le_6_4pct": (max(metadata) <= 0.064) if metadata else None,
     "cpu_overhead_mean": rnd(sum(cpu) / len(cpu)) if cpu else None,
+    "mtp_runs": mtp_runs,
     "outputs_identical": f"{sum(identical)} of {len(identical)}",
     "model_r2": float(r2.group(1)) if r2 else None,
     "model_pearson": float(pe.group(1)) if pe else None,

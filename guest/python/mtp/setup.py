@@ -14,9 +14,13 @@ setup(
                 "csrc/policy.c",
                 "csrc/numa.c",
                 "csrc/frames.c",
+                "csrc/gcroots.c",
+                "csrc/metamem.c",
             ],
             depends=[
                 "csrc/frames.h",
+                "csrc/gcroots.h",
+                "csrc/metamem.h",
                 "csrc/numa.h",
                 "csrc/objtable.h",
                 "csrc/pages.h",

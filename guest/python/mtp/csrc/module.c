@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "frames.h"
+#include "metamem.h"
 #include "numa.h"
 #include "objtable.h"
 #include "pages.h"
@@ -83,6 +84,7 @@ static PyObject *core_enable(PyObject *self, PyObject *args)
 	if (require_enabled(0))
 		return NULL;
 	mtp_hook_install();
+	mtp_meta_reset_failures();
 	llc_last[0] = llc_last[1] = 0;
 	if (mtp_llc_open(llc_fds) == 0)
 		mtp_llc_ratio(llc_fds, llc_last);	/* baseline */
@@ -192,7 +194,8 @@ static PyObject *core_update_pages(PyObject *self, PyObject *args)
 		return PyErr_Format(PyExc_ValueError, "cooling factor k must be in (0, 1]");
 	if (parse_nodes(slow_nodes, slow))
 		return NULL;
-	struct mtp_heat *heat = mtp_collect_heat(&model, page_size, &n);
+	size_t heat_bytes;
+	struct mtp_heat *heat = mtp_collect_heat(&model, page_size, &n, &heat_bytes);
 
 	if (!heat)
 		return PyErr_NoMemory();
@@ -203,7 +206,7 @@ static PyObject *core_update_pages(PyObject *self, PyObject *args)
 	if (!rc)
 		mtp_histograms(pages.temp, pages.node, pages.n, slow, &h);
 	Py_END_ALLOW_THREADS
-	free(heat);
+	mtp_meta_free(heat, heat_bytes);
 	if (rc)
 		return PyErr_NoMemory();
 	return Py_BuildValue("{sn sN si}", "pages", (Py_ssize_t)pages.n,
@@ -337,13 +340,27 @@ static PyObject *core_page_table(PyObject *self, PyObject *unused)
 
 static PyObject *core_counters(PyObject *self, PyObject *unused)
 {
-	return Py_BuildValue("{sn sn sn sn sn sn}", "objects_tracked", (Py_ssize_t)mtp_table.live,
+	return Py_BuildValue("{sn sn sn sn sn sn si sk}", "objects_tracked", (Py_ssize_t)mtp_table.live,
 			     "objects_freed", (Py_ssize_t)mtp_freed_tracked,
 			     "tombstones", (Py_ssize_t)mtp_table.tombstones,
 			     "metadata_bytes", (Py_ssize_t)mtp_objtable_bytes(&mtp_table),
 			     "pages_tracked", (Py_ssize_t)pages.n,
 			     "page_table_bytes",
-			     (Py_ssize_t)(pages.n * (sizeof(uint64_t) + sizeof(double) + sizeof(int))));
+			     (Py_ssize_t)(pages.n * (sizeof(uint64_t) + sizeof(double) + sizeof(int))),
+			     "metadata_node", mtp_meta_node(),
+			     "metadata_bind_failures", mtp_meta_bind_failures());
+}
+
+static PyObject *core_set_metadata_node(PyObject *self, PyObject *arg)
+{
+	long node = PyLong_AsLong(arg);
+
+	if (node == -1 && PyErr_Occurred())
+		return NULL;
+	if (node < -1 || node >= MTP_MAX_NODES)
+		return PyErr_Format(PyExc_ValueError, "metadata node %ld out of range", node);
+	mtp_meta_set_node((int)node);
+	Py_RETURN_NONE;
 }
 
 static PyObject *core_history(PyObject *self, PyObject *op)
@@ -715,6 +732,8 @@ static PyMethodDef core_methods[] = {
 	  "sample_frames(max_frames) -> dict: one sighting of other threads' frame locals" },
 	{ "update_pages", core_update_pages, METH_VARARGS,
 	  "update_pages(k, slow_nodes) -> dict" },
+	{ "set_metadata_node", core_set_metadata_node, METH_O,
+	  "set_metadata_node(node): the node MTP's own large arrays prefer (-1: default policy)" },
 	{ "move", core_move, METH_VARARGS,
 	  "move(h, fast_node, slow_node, slow_nodes, max_pages[, budget_ms]) -> dict" },
 	{ "counters", core_counters, METH_NOARGS, "counters() -> dict" },

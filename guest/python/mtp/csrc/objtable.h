@@ -22,7 +22,9 @@
  * 12 bytes per object (the metadata share of RSS): the block address / 16
  * in 44 bits, 8 bits of refcount baseline (a change of 128 or more between
  * two sweeps reads wrong; changes saturate at 15 anyway), sightings
- * saturating at 15, and eight 4-bit changes saturating at MTP_CHANGE_MAX.
+ * saturating at 15, whether it is a dict or list (so that a migration round
+ * reads only those objects, not every object's type), and eight 4-bit
+ * changes saturating at MTP_CHANGE_MAX.
  */
 struct __attribute__((packed, aligned(4))) mtp_obj {
 	uint64_t key : MTP_KEY_BITS;	/* block start / 16, or EMPTY/TOMBSTONE */
@@ -32,6 +34,7 @@ struct __attribute__((packed, aligned(4))) mtp_obj {
 	uint64_t pass : 1;	/* parity of the marking pass that traversed it */
 	uint64_t prev : 8;	/* low 8 bits of ob_refcnt at the last sample */
 	uint64_t hits : 4;	/* frame-sampler sightings since the last sweep */
+	uint64_t storage : 1;	/* an exact dict or list: its table heats a page too */
 	uint32_t changes;	/* MTP_HISTORY 4-bit changes, slot i at bits 4i */
 };
 
@@ -70,7 +73,7 @@ static inline void mtp_obj_history(const struct mtp_obj *o, uint8_t out[MTP_HIST
 
 struct mtp_objtable {
 	struct mtp_obj *slots;
-	size_t cap;		/* power of two, or 0 */
+	size_t cap;		/* slots, or 0 */
 	size_t live;
 	size_t tombstones;
 	/*
@@ -111,7 +114,16 @@ struct mtp_obj *mtp_objtable_insert(struct mtp_objtable *t, uint64_t key, int *c
  */
 int mtp_objtable_remove(struct mtp_objtable *t, uint64_t key);
 
-/* Rehashes without tombstones; -1 when memory ran out (table unchanged). */
+/*
+ * Grows the table so that @n entries fit without another rehash; -1 when
+ * memory ran out (table unchanged).
+ */
+int mtp_objtable_reserve(struct mtp_objtable *t, size_t n);
+
+/*
+ * Rehashes without tombstones, shrinking a table most of whose entries
+ * were freed; -1 when memory ran out (table unchanged).
+ */
 int mtp_objtable_compact(struct mtp_objtable *t);
 
 void mtp_objtable_free(struct mtp_objtable *t);

@@ -2,6 +2,9 @@
 /* Allocator hook, marking and sampling; see tracker.h. */
 #include "tracker.h"
 
+#include "gcroots.h"
+#include "metamem.h"
+
 struct mtp_objtable mtp_table;
 size_t mtp_freed_tracked;
 
@@ -129,7 +132,16 @@ struct mtp_obj *mtp_lookup(PyObject *op)
 	return mtp_objtable_find(&mtp_table, (uintptr_t)op - preheader(op));
 }
 
+/*
+ * Objects already traversed in this pass, direct-mapped by address: most
+ * visits go to a few shared objects (heap types, interned attribute names,
+ * None), and this check is cheaper than a table probe. Cleared every pass;
+ * nothing is freed while a pass runs.
+ */
+#define SEEN_CACHE 256
+
 struct mark_walk {
+	PyObject *seen_cache[SEEN_CACHE];
 	PyObject **stack;
 	unsigned int *depth;
 	size_t top, cap;
@@ -159,8 +171,20 @@ static struct mtp_obj *mark_one(PyObject *op, struct mark_walk *w, int *seen)
 	}
 	w->r->visited++;
 	if (created) {
+		PyTypeObject *tp = Py_TYPE(op);
+
 		w->r->added++;
 		o->offset16 = pre / 16;
+		/* a block is never retyped while tracked: a free drops its entry */
+		o->storage = tp == &PyDict_Type || tp == &PyList_Type;
+		/*
+		 * The pass reads the header anyway: the refcount now is the
+		 * baseline, so that the first sweep already measures a change
+		 * (one sweep, seconds under TCG, earlier). The pass holds no
+		 * reference (roots come from the GC's lists, not a list of them).
+		 */
+		o->prev = (uint8_t)Py_REFCNT(op);
+		o->fresh = 0;
 		o->pass = !pass_parity;	/* not traversed in this pass yet */
 	}
 	*seen = o->pass == pass_parity;
@@ -199,12 +223,21 @@ static int visit_child(PyObject *child, void *arg)
 		w->r->cut_size++;
 		return 1;	/* stops this container's tp_traverse */
 	}
+	PyObject **cached = &w->seen_cache[((uintptr_t)child >> 4) % SEEN_CACHE];
+
+	if (*cached == child) {
+		w->r->visited++;
+		return 0;
+	}
 	struct mtp_obj *o = mark_one(child, w, &seen);
 
 	if (!o)
 		return w->nomem ? -1 : 0;	/* untrackable: neither marked nor walked */
-	if (seen || !PyObject_IS_GC(child))
+	if (seen || !PyObject_IS_GC(child)) {
+		/* a non-container is done once marked */
+		*cached = child;
 		return 0;
+	}
 	if (w->depth_limit && w->cur_depth + 1 > w->depth_limit) {
 		/* marked, not traversed: a later root may still reach it */
 		w->r->cut_depth++;
@@ -235,46 +268,55 @@ static void traverse_from(PyObject *root, struct mark_walk *w)
 	}
 }
 
+static int count_root(PyObject *op, void *arg)
+{
+	return 0;
+}
+
+static int mark_root(PyObject *op, void *arg)
+{
+	struct mark_walk *w = arg;
+	int seen;
+	struct mtp_obj *o = mark_one(op, w, &seen);
+
+	if (o && !seen) {
+		o->pass = pass_parity;
+		traverse_from(op, w);
+	}
+	return w->nomem;
+}
+
 int mtp_mark(unsigned int depth_limit, unsigned int size_limit, struct mtp_mark_result *r)
 {
 	struct mark_walk w = {
 		.depth_limit = depth_limit, .size_limit = size_limit, .r = r,
 	};
-	PyObject *gc, *roots;
+	size_t gc_objects;
 
 	memset(r, 0, sizeof(*r));
-	if (mtp_table.tombstones > mtp_table.live / 4 && mtp_objtable_compact(&mtp_table)) {
+	/* drop tombstones, and shrink a table most of whose objects died */
+	if ((mtp_table.tombstones > mtp_table.live / 4 || 3 * mtp_table.live < mtp_table.cap) &&
+	    mtp_objtable_compact(&mtp_table)) {
 		PyErr_NoMemory();
 		return -1;
 	}
-	gc = PyImport_ImportModule("gc");
-	if (!gc)
-		return -1;
-	roots = PyObject_CallMethod(gc, "get_objects", NULL);
-	Py_DECREF(gc);
-	if (!roots)
-		return -1;
-	if (!PyList_Check(roots)) {
-		Py_DECREF(roots);
-		PyErr_SetString(PyExc_TypeError, "gc.get_objects() did not return a list");
-		return -1;
+	/*
+	 * First pass: reachable objects are about twice the GC's (ints, strs
+	 * and floats hang off containers), so one rehash now instead of a
+	 * dozen while growing. Later passes find most entries in place.
+	 */
+	if (!mtp_table.live) {
+		mtp_gc_roots(count_root, NULL, &gc_objects);
+		if (mtp_objtable_reserve(&mtp_table, 2 * gc_objects)) {
+			PyErr_NoMemory();
+			return -1;
+		}
 	}
 	pass_parity = !pass_parity;
 	/* no Python code runs from here on: the world stands still */
-	for (Py_ssize_t i = 0; i < PyList_GET_SIZE(roots) && !w.nomem; i++) {
-		PyObject *op = PyList_GET_ITEM(roots, i);
-		int seen;
-		struct mtp_obj *o = mark_one(op, &w, &seen);
-
-		r->roots++;
-		if (!o || seen)
-			continue;
-		o->pass = pass_parity;
-		traverse_from(op, &w);
-	}
+	mtp_gc_roots(mark_root, &w, &r->roots);
 	free(w.stack);
 	free(w.depth);
-	Py_DECREF(roots);
 	if (w.nomem) {
 		PyErr_NoMemory();
 		return -1;
@@ -350,35 +392,70 @@ uintptr_t mtp_storage_of(PyObject *op)
 
 /* table entries between a prefetch and the read it serves */
 #define HEAT_PREFETCH 16
+/*
+ * Page heat depends only on an object's eight changes, and few distinct
+ * histories occur: a direct-mapped memo of the model's result spares its
+ * floating point (emulated, hence slow, under TCG).
+ */
+#define HEAT_MEMO 1024
 
-struct mtp_heat *mtp_collect_heat(const struct mtp_model *m, size_t page_size, size_t *n)
+struct heat_memo {
+	uint64_t key;		/* changes + 1; 0 = empty */
+	double heat;
+};
+
+static double memo_heat(struct heat_memo *memo, const struct mtp_model *m,
+			const struct mtp_obj *o)
+{
+	if (!o->changes)
+		return 0;	/* every feature is 0, and page heat has no intercept */
+	struct heat_memo *e = &memo[(o->changes * 0x9E3779B1u) >> 22];
+	uint8_t changes[MTP_HISTORY];
+
+	if (e->key == (uint64_t)o->changes + 1)
+		return e->heat;
+	mtp_obj_history(o, changes);
+	e->key = (uint64_t)o->changes + 1;
+	e->heat = mtp_page_heat(m, changes);
+	return e->heat;
+}
+
+struct mtp_heat *mtp_collect_heat(const struct mtp_model *m, size_t page_size, size_t *n,
+				  size_t *bytes)
 {
 	/* room for a second page per object: dicts' and lists' storage */
 	size_t cap = 2 * (mtp_table.live ? mtp_table.live : 1);
-	struct mtp_heat *heat = malloc(cap * sizeof(*heat));
+	struct mtp_heat *heat = mtp_meta_alloc(cap * sizeof(*heat));
 
+	*bytes = cap * sizeof(*heat);
 	*n = 0;
 	if (!heat)
 		return NULL;
+	struct heat_memo *memo = calloc(HEAT_MEMO, sizeof(*memo));
+
+	if (!memo) {
+		mtp_meta_free(heat, *bytes);
+		return NULL;
+	}
 	for (size_t i = 0; i < mtp_table.cap; i++) {
 		const struct mtp_obj *o = &mtp_table.slots[i];
 
 		/*
-		 * Reading each object's type is a cache miss per object: start
-		 * the one a few entries ahead now. A prefetch never faults.
+		 * Reading a dict's or list's table pointer is a cache miss:
+		 * start the one a few entries ahead now. A prefetch never faults.
 		 */
-		if (i + HEAT_PREFETCH < mtp_table.cap &&
-		    mtp_obj_live(&mtp_table.slots[i + HEAT_PREFETCH]))
-			__builtin_prefetch((const void *)mtp_obj_address(
-				&mtp_table.slots[i + HEAT_PREFETCH]));
+		if (i + HEAT_PREFETCH < mtp_table.cap) {
+			const struct mtp_obj *ahead = &mtp_table.slots[i + HEAT_PREFETCH];
+
+			if (mtp_obj_live(ahead) && ahead->storage)
+				__builtin_prefetch((const void *)mtp_obj_address(ahead));
+		}
 		if (!mtp_obj_live(o) || o->fresh)
 			continue;
 		heat[*n].page = mtp_obj_address(o) & ~(uint64_t)(page_size - 1);
-		uint8_t changes[MTP_HISTORY];
-
-		mtp_obj_history(o, changes);
-		heat[*n].heat = mtp_page_heat(m, changes);
-		uintptr_t storage = mtp_storage_of((PyObject *)mtp_obj_address(o));
+		heat[*n].heat = memo_heat(memo, m, o);
+		/* only dicts and lists are read: the other objects' pages come from the key */
+		uintptr_t storage = o->storage ? mtp_storage_of((PyObject *)mtp_obj_address(o)) : 0;
 		uint64_t page = storage & ~(uint64_t)(page_size - 1);
 
 		(*n)++;
@@ -389,5 +466,6 @@ struct mtp_heat *mtp_collect_heat(const struct mtp_model *m, size_t page_size, s
 			(*n)++;
 		}
 	}
+	free(memo);
 	return heat;
 }

@@ -58,9 +58,10 @@ struct mtp_obj *mtp_lookup(PyObject *op);
 
 /*
  * This round's heat per object: an array of (page, hotness) for every
- * tracked object with a full baseline. *n gets its length; NULL and *n = 0
- * on ENOMEM.
+ * tracked object with a full baseline. *n gets its length, *bytes the size
+ * to give mtp_meta_free(); NULL and *n = 0 on ENOMEM.
  */
-struct mtp_heat *mtp_collect_heat(const struct mtp_model *m, size_t page_size, size_t *n);
+struct mtp_heat *mtp_collect_heat(const struct mtp_model *m, size_t page_size, size_t *n,
+				  size_t *bytes);
 
 #endif

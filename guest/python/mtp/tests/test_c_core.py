@@ -16,7 +16,8 @@ def test_objtable_randomised(tmp_path):
     subprocess.run(["cc", "-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror",
                     "-fsanitize=address,undefined", "-o", str(exe),
                     os.path.join(HERE, "c", "objtable_test.c"),
-                    os.path.join(CSRC, "objtable.c")], check=True)
+                    os.path.join(CSRC, "objtable.c"), os.path.join(CSRC, "metamem.c")],
+                   check=True)
     out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr
     assert "objtable: ok" in out.stdout

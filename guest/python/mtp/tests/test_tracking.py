@@ -78,8 +78,7 @@ def test_freed_objects_are_dropped_not_read(core):
 
 def test_sampling_sees_refcount_changes(core):
     hot, cold = [10**22], [10**23]
-    core.mark(0, 0)
-    core.sample(1 << 16)  # baseline
+    core.mark(0, 0)  # the baseline
     refs = []
     for rnd in range(4):
         # the net change between samples is what a stock interpreter shows
@@ -90,6 +89,35 @@ def test_sampling_sees_refcount_changes(core):
     assert sorted(hist_hot)[-4:] == [10, 10, 10, 10]
     assert sum(hist_cold) == 0
     assert core.hotness(list(hist_hot), MODEL) >= core.hotness(list(hist_cold), MODEL)
+
+
+def test_marking_sets_the_refcount_baseline(core):
+    # a container (its refcount is +1 in gc.get_objects()'s list while the
+    # pass runs) and a non-container, each held and quiet
+    held_list, quiet_list = [7], [8]
+    ints = [10**24 + 1, 10**24 + 2]  # reachable (a frame's locals are not)
+    held_int, quiet_int = ints
+    core.mark(0, 0)
+    refs = [held_list] * 3 + [held_int] * 3
+    core.sample(1 << 16)  # the first sweep already measures a change
+    assert max(core.history(held_list)) == 3
+    assert max(core.history(held_int)) == 3
+    assert sum(core.history(quiet_list)) == 0
+    assert sum(core.history(quiet_int)) == 0
+    del refs
+
+
+def test_marking_roots_include_frozen_objects(core):
+    # gc.freeze() moves objects to the permanent generation, which
+    # gc.get_objects() leaves out; a pre-forking server freezes its heap
+    frozen = [[10**25 + i] for i in range(100)]  # held only by this frame
+    gc.freeze()
+    try:
+        core.mark(0, 0)
+        assert core.history(frozen) is not None
+        assert all(core.history(x) is not None for x in frozen)
+    finally:
+        gc.unfreeze()
 
 
 def test_update_pages_on_this_host(core):

@@ -152,6 +152,8 @@ def main() -> int:
     p.add_argument("--migration-budget-ms", type=float, default=None,
                    help="move_pages time per migration round (default: mtp.Tuning's); "
                         "< 0 = unbounded")
+    p.add_argument("--migration-share", type=float, default=None,
+                   help="max_migration_share (default: mtp.Tuning's)")
     args = p.parse_args()
     if args.size < 10 or args.rounds < 1:
         p.error("--size must be >= 10 and --rounds >= 1")
@@ -180,6 +182,8 @@ def main() -> int:
                  "samples_per_migration": args.samples_per_migration}
         if args.sampling_share is not None:
             knobs["max_sampling_share"] = args.sampling_share
+        if args.migration_share is not None:
+            knobs["max_migration_share"] = args.migration_share
         if args.migration_budget_ms is not None:
             knobs["max_migration_ms"] = (None if args.migration_budget_ms < 0
                                          else args.migration_budget_ms)
@@ -211,7 +215,8 @@ def main() -> int:
                 "time_marking", "time_sampling", "time_migrating", "threshold", "migration",
                 "pages_deferred", "migration_budget_hits", "migration_max_s",
                 "frame_samples", "frame_hits", "time_frame_sampling", "sweep_wait",
-                "last_error", "pages_by_node", "move_failures_by_errno")
+                "last_error", "pages_by_node", "move_failures_by_errno",
+                "migrations_deferred", "metadata_node", "metadata_bind_failures")
         out["mtp_stats"] = {k: stats[k] for k in keep if k in stats}
     print("@@MTPW " + json.dumps(out, sort_keys=True), flush=True)
     return 0

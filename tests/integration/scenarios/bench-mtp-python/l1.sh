@@ -5,6 +5,14 @@
 # in one L2 boot. TB_MTP_BENCH_APPEND adds L2 command line keys.
 # Smaller runs than the scenario's (20 runs in one L2 boot under nested TCG
 # take 15-25 min): TB_MTP_BENCH_APPEND overrides these keys.
-TB_MTP_APPEND="tb.mtp_workloads=nx,orm tb.mtp_pcts=25,50,75 tb.mtp_rounds=6 tb.mtp_nx_size=900 tb.mtp_orm_size=1000 ${TB_MTP_BENCH_APPEND:-}"
+# The L1 has no environment from the host: scripts/bench/mtp.sh passes
+# TB_MTP_BENCH_APPEND as L1 kernel command line keys (--l1-append), and
+# every tb.mtp_* key there goes after these (the L2 takes the last).
+extra=""
+# shellcheck disable=SC2013 # words, not lines
+for arg in $(cat /proc/cmdline); do
+    case $arg in tb.mtp_*) extra="$extra $arg" ;; esac
+done
+TB_MTP_APPEND="tb.mtp_workloads=nx,orm tb.mtp_pcts=25,50,75 tb.mtp_rounds=6 tb.mtp_nx_size=900 tb.mtp_orm_size=1000$extra"
 # shellcheck source=../mtp-python/l1.sh
 . "$TB_SCENARIO_DIR/../mtp-python/l1.sh"

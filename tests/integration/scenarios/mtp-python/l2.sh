@@ -20,6 +20,7 @@
 # of the workload's RSS) tb.mtp_nx_size=N tb.mtp_orm_size=N
 # tb.mtp_rounds=N (nx) tb.mtp_orm_rounds=N tb.mtp_interval=S
 # tb.mtp_phases=none,mtp,numab tb.mtp_sampling_share=F (MTP's max_sampling_share)
+# tb.mtp_samples_per_migration=N tb.mtp_migration_ms=MS tb.mtp_migration_share=F
 # shellcheck source=../../lib/common.sh
 . "$TB_LIB/common.sh"
 # shellcheck source=../../lib/l2.sh
@@ -41,6 +42,15 @@ INTERVAL=0.5
 # run 2026-11-26 09:15). The testbed measures placement, so MTP gets half
 # the time here; the bench reports the sampling share it took.
 SAMPLING_SHARE=0.5
+# The same reasoning for migration: a round's fold and page lookup take
+# seconds under nested TCG, and 200 ms of move_pages moved 95-446 pages per
+# round there; MTP acted once per run, 20-30 s in, when the ORM runs last
+# 25-130 s. Here a round follows every sweep (the marking pass sets the
+# refcount baseline, so the first sweep measures), with 1 s of move_pages
+# and up to 30 % of the time (native defaults: every 8 sweeps, 200 ms, 10 %).
+SAMPLES_PER_MIGRATION=1
+MIGRATION_MS=1000
+MIGRATION_SHARE=0.3
 PHASES="none mtp numab"
 # shellcheck disable=SC2013 # words, not lines
 for arg in $(cat /proc/cmdline); do
@@ -54,6 +64,9 @@ for arg in $(cat /proc/cmdline); do
     tb.mtp_interval=*) INTERVAL=${arg#*=} ;;
     tb.mtp_phases=*) PHASES=$(echo "${arg#*=}" | tr ',' ' ') ;;
     tb.mtp_sampling_share=*) SAMPLING_SHARE=${arg#*=} ;;
+    tb.mtp_samples_per_migration=*) SAMPLES_PER_MIGRATION=${arg#*=} ;;
+    tb.mtp_migration_ms=*) MIGRATION_MS=${arg#*=} ;;
+    tb.mtp_migration_share=*) MIGRATION_SHARE=${arg#*=} ;;
     tb.timeout=*) LIMIT_S=${arg#*=} ;;
     esac
 done
@@ -70,6 +83,9 @@ tb_fact rounds "$ROUNDS"
 tb_fact orm_rounds "$ORM_ROUNDS"
 tb_fact_str mtp_interval_s "$INTERVAL"
 tb_fact_str mtp_sampling_share "$SAMPLING_SHARE"
+tb_fact_str mtp_samples_per_migration "$SAMPLES_PER_MIGRATION"
+tb_fact_str mtp_migration_ms "$MIGRATION_MS"
+tb_fact_str mtp_migration_share "$MIGRATION_SHARE"
 
 ROOT=/mnt/py
 BAL=/sys/kernel/demeter_balloon
@@ -227,7 +243,7 @@ for w in $WORKLOADS; do
         for ph in $PHASES; do
             case $ph in
             none) args="" ;;
-            mtp) args="--mtp --mask 1 --interval $INTERVAL --pressure-mb $((want_kb * 2 / 1024 + 16)) --fmem-reserve-mb 2 --samples-per-migration 2 --sampling-share $SAMPLING_SHARE" ;;
+            mtp) args="--mtp --mask 1 --interval $INTERVAL --pressure-mb $((want_kb * 2 / 1024 + 16)) --fmem-reserve-mb 2 --samples-per-migration $SAMPLES_PER_MIGRATION --sampling-share $SAMPLING_SHARE --migration-budget-ms $MIGRATION_MS --migration-share $MIGRATION_SHARE" ;;
             numab)
                 echo 2 >/proc/sys/kernel/numa_balancing
                 echo true >/sys/kernel/mm/numa/demotion_enabled

@@ -43,6 +43,9 @@ class Tuning:
     frame_samples: int = 16  # frame-sampler looks per sample interval (0: off)
     frame_depth: int = 64  # frames per thread the frame sampler reads
     max_sampling_share: float = 0.1  # sweeps plus frame samples: at most this share of time
+    # MTP's own tables prefer the slow node with the most free memory, so
+    # that they do not take FMem from the program (False: default policy)
+    metadata_on_slow: bool = True
 
     def __post_init__(self) -> None:
         if self.frame_samples < 0 or self.frame_depth < 1:
@@ -135,6 +138,10 @@ class Tracer:
         return sum(g["collections"] for g in gc.get_stats())
 
     def start(self) -> None:
+        node = -1
+        if self.tuning.metadata_on_slow and self.slow:
+            node = max(self.slow, key=_topology.free_bytes)
+        _core.set_metadata_node(node)
         _core.enable(MODEL)
         self._thread = threading.Thread(target=self._run, name="mtp", daemon=True)
         self._thread.start()
