@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "sampler_daemon.h"
+#include "sysfs_io.h"
 
 #define SD_MAX_SLOTS	64
 #define SD_SYNC_MS	250	/* follow targets and threads */
@@ -44,50 +45,6 @@ static struct {
 	struct sampler_stats done;
 	uint64_t sent, claimed, write_errors;
 } sd;
-
-static uint64_t sd_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static int sd_read(const char *path, char *buf, size_t len)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t n;
-
-	if (fd < 0)
-		return -errno;
-	n = read(fd, buf, len - 1);
-	close(fd);
-	if (n < 0)
-		return -errno;
-	buf[n] = 0;
-	return (int)n;
-}
-
-static int sd_write(const char *path, const char *s)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	ssize_t n;
-
-	if (fd < 0)
-		return -errno;
-	n = write(fd, s, strlen(s));
-	close(fd);
-	return n < 0 ? -errno : 0;
-}
-
-static long sd_read_long(const char *path, long dflt)
-{
-	char b[64];
-
-	if (sd_read(path, b, sizeof(b)) <= 0)
-		return dflt;
-	return strtol(b, NULL, 0);
-}
 
 static void sd_path(char *out, size_t len, int i, const char *name)
 {
@@ -155,7 +112,7 @@ static void sd_detach(int i, bool hand_back)
 		return;
 	if (hand_back) {
 		sd_path(path, sizeof(path), i, "source");
-		sd_write(path, "kernel");
+		sysfs_write(path, "kernel");
 	}
 	sd_add_stats(&sd.done, &s->t.st);
 	sd.sent += s->t.sent;
@@ -174,7 +131,7 @@ static void sd_span(int i)
 	unsigned long long lo, hi;
 
 	sd_path(path, sizeof(path), i, "stats");
-	if (sd_read(path, buf, sizeof(buf)) <= 0)
+	if (sysfs_read(path, buf, sizeof(buf)) <= 0)
 		return;
 	lo = sd_stat(buf, "span_lo", 0);
 	hi = sd_stat(buf, "span_hi", 0);
@@ -191,7 +148,7 @@ static void sd_claim(int i, int pid)
 	int ret;
 
 	sd_path(path, sizeof(path), i, "source");
-	ret = sd_write(path, "user");
+	ret = sysfs_write(path, "user");
 	if (ret) {
 		fprintf(stderr, "tiering-agent: sampler: target %d (pid %d): "
 			"source user refused: %s; left to the module\n", i,
@@ -211,7 +168,7 @@ static void sd_claim(int i, int pid)
 		}
 		s->fd = -1;
 		sd_path(path, sizeof(path), i, "source");
-		sd_write(path, "kernel");
+		sysfs_write(path, "kernel");
 		s->refused_pid = pid;
 		return;
 	}
@@ -230,11 +187,11 @@ static void sd_sync(void)
 {
 	char path[192], b[32];
 	long n;
-	uint64_t now = sd_now_ms();
+	uint64_t now = mono_ms();
 	int i;
 
 	snprintf(path, sizeof(path), "%s/targets/nr_targets", sd.sysfs);
-	n = sd_read_long(path, -1);
+	n = sysfs_read_long(path, -1);
 	for (i = 0; i < SD_MAX_SLOTS; i++) {
 		struct sd_slot *s = &sd.slot[i];
 		bool running = false;
@@ -242,10 +199,10 @@ static void sd_sync(void)
 
 		if (i < n) {
 			sd_path(path, sizeof(path), i, "state");
-			running = sd_read(path, b, sizeof(b)) > 0 &&
+			running = sysfs_read(path, b, sizeof(b)) > 0 &&
 				  !strncmp(b, "running", 7);
 			sd_path(path, sizeof(path), i, "pid");
-			pid = running ? sd_read_long(path, -1) : -1;
+			pid = running ? sysfs_read_long(path, -1) : -1;
 		}
 		if (s->active && (!running || pid != s->pid))
 			sd_detach(i, false);	/* stopped or another pid */
@@ -333,9 +290,9 @@ static void *sd_main(void *unused)
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	while (!__atomic_load_n(&sd.stop, __ATOMIC_ACQUIRE)) {
-		if (sd_now_ms() >= next_sync) {
+		if (mono_ms() >= next_sync) {
 			sd_sync();
-			next_sync = sd_now_ms() + SD_SYNC_MS;
+			next_sync = mono_ms() + SD_SYNC_MS;
 		}
 		sd_poll();
 		sd_drain_all();
@@ -371,7 +328,7 @@ static uint64_t sd_param(const char *name, uint64_t dflt)
 	long v;
 
 	snprintf(path, sizeof(path), SD_PARAMS "%s", name);
-	v = sd_read_long(path, -1);
+	v = sysfs_read_long(path, -1);
 	return v >= 1 ? (uint64_t)v : dflt;
 }
 

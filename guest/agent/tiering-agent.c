@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "reloc.h"
+#include "sysfs_io.h"
 #include "sampler_daemon.h"
 
 /* x86-64 numbers, for C libraries older than the syscalls */
@@ -84,50 +85,6 @@ static unsigned long opt_alpha_pct;	/* 0: the module's significance_pct */
 static int opt_verbose;
 static const char *opt_sampler = "auto";	/* sampler_choose() */
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int read_file(const char *path, char *buf, size_t len)
-{
-	int fd = open(path, O_RDONLY);
-	ssize_t n;
-
-	if (fd < 0)
-		return -errno;
-	n = read(fd, buf, len - 1);
-	close(fd);
-	if (n < 0)
-		return -errno;
-	buf[n] = 0;
-	return (int)n;
-}
-
-static int write_file(const char *path, const char *s)
-{
-	int fd = open(path, O_WRONLY);
-	ssize_t n;
-
-	if (fd < 0)
-		return -errno;
-	n = write(fd, s, strlen(s));
-	close(fd);
-	return n < 0 ? -errno : 0;
-}
-
-static long read_long(const char *path, long dflt)
-{
-	char b[64];
-
-	if (read_file(path, b, sizeof(b)) <= 0)
-		return dflt;
-	return strtol(b, NULL, 0);
-}
-
 /* "key value" line in a stats file. */
 static long long stat_get(const char *buf, const char *key)
 {
@@ -154,7 +111,7 @@ static long long stat_nonneg(const char *buf, const char *key)
 
 static int nr_targets(void)
 {
-	return (int)read_long(SYSFS "/targets/nr_targets", -1);
+	return (int)sysfs_read_long(SYSFS "/targets/nr_targets", -1);
 }
 
 static long target_pid(int i)
@@ -162,7 +119,7 @@ static long target_pid(int i)
 	char path[128];
 
 	snprintf(path, sizeof(path), SYSFS "/targets/%d/pid", i);
-	return read_long(path, -1);
+	return sysfs_read_long(path, -1);
 }
 
 static int target_running(int i)
@@ -170,7 +127,7 @@ static int target_running(int i)
 	char path[128], b[32];
 
 	snprintf(path, sizeof(path), SYSFS "/targets/%d/state", i);
-	return read_file(path, b, sizeof(b)) > 0 && !strncmp(b, "running", 7);
+	return sysfs_read(path, b, sizeof(b)) > 0 && !strncmp(b, "running", 7);
 }
 
 static int cmd_add(long pid)
@@ -189,7 +146,7 @@ static int cmd_add(long pid)
 			break;
 	if (i == n) {
 		snprintf(val, sizeof(val), "%d", n + 1);
-		ret = write_file(SYSFS "/targets/nr_targets", val);
+		ret = sysfs_write(SYSFS "/targets/nr_targets", val);
 		if (ret) {
 			fprintf(stderr, "tiering-agent: nr_targets: %s\n",
 				strerror(-ret));
@@ -198,7 +155,7 @@ static int cmd_add(long pid)
 	}
 	snprintf(path, sizeof(path), SYSFS "/targets/%d/pid", i);
 	snprintf(val, sizeof(val), "%ld", pid);
-	ret = write_file(path, val);
+	ret = sysfs_write(path, val);
 	if (ret) {
 		fprintf(stderr, "tiering-agent: target %ld: %s\n", pid,
 			strerror(-ret));
@@ -217,7 +174,7 @@ static int cmd_del(long pid)
 		if (target_pid(i) != pid)
 			continue;
 		snprintf(path, sizeof(path), SYSFS "/targets/%d/pid", i);
-		return write_file(path, "-1") ? 1 : 0;
+		return sysfs_write(path, "-1") ? 1 : 0;
 	}
 	fprintf(stderr, "tiering-agent: pid %ld is not a target\n", pid);
 	return 1;
@@ -594,10 +551,10 @@ struct agent_stats {
 static size_t fmem_balloon_shortfall(void)
 {
 	static struct balloon_watch w = { .last_size = -1 };
-	long size = read_long(FMEM_BALLOON "/size_pages", -1);
-	long target = read_long(FMEM_BALLOON "/target_pages", -1);
+	long size = sysfs_read_long(FMEM_BALLOON "/size_pages", -1);
+	long target = sysfs_read_long(FMEM_BALLOON "/target_pages", -1);
 
-	if (!reloc_balloon_holds(&w, size, target, now_ms(), 5000))
+	if (!reloc_balloon_holds(&w, size, target, mono_ms(), 5000))
 		return 0;
 	return (size_t)(target - size);
 }
@@ -670,7 +627,7 @@ static void round_one(int ti, int fmem, int smem, struct target_state *ts,
 	int npi, ndi, nv, pidfd;
 	char path[128], val[96];
 	unsigned long alpha_pct = opt_alpha_pct ? opt_alpha_pct :
-		(unsigned long)read_long("/sys/module/tiering/parameters/significance_pct", 200);
+		(unsigned long)sysfs_read_long("/sys/module/tiering/parameters/significance_pct", 200);
 	struct walker *pw = NULL, *dw = NULL;
 	unsigned long long c0;
 	void *pg;
@@ -807,7 +764,7 @@ account:
 	as->failed += failed;
 	snprintf(path, sizeof(path), SYSFS "/targets/%d/relocated", ti);
 	snprintf(val, sizeof(val), "%zu %zu %zu", promoted, demoted, failed);
-	write_file(path, val);
+	sysfs_write(path, val);
 	if (opt_verbose && (np || nd))
 		fprintf(stderr, "agent: target %d pid %ld epoch %lld: "
 			"promo %zu (partners %zu, headroom %zu) -> "
@@ -838,7 +795,7 @@ static unsigned long long manager_cpu_ns(void)
 {
 	char g[4096];
 
-	if (read_file(SYSFS "/stats", g, sizeof(g)) < 0)
+	if (sysfs_read(SYSFS "/stats", g, sizeof(g)) < 0)
 		return self_cpu_ns();
 	return self_cpu_ns() + (unsigned long long)stat_nonneg(g, "worker_cpu_ns");
 }
@@ -920,13 +877,13 @@ static void report_to_host(const struct agent_stats *as, int fmem, int smem,
 	char g[4096], path[128], src[32], buf[1024];
 	unsigned long long running = 0, source = 0;
 	int n = nr_targets(), i, fd, len;
-	uint64_t now = now_ms();
+	uint64_t now = mono_ms();
 	int numa = !rs->numa_ms || now - rs->numa_ms >= NUMA_REFRESH_MS;
 	ssize_t w;
 
 	if (rs->disabled || access(GUEST_REPORT, W_OK))
 		return;
-	if (read_file(SYSFS "/stats", g, sizeof(g)) < 0)
+	if (sysfs_read(SYSFS "/stats", g, sizeof(g)) < 0)
 		g[0] = 0;
 	if (numa) {
 		rs->fmem_pages = rs->smem_pages = 0;
@@ -940,7 +897,7 @@ static void report_to_host(const struct agent_stats *as, int fmem, int smem,
 			continue;
 		running++;
 		snprintf(path, sizeof(path), SYSFS "/targets/%d/source", i);
-		if (read_file(path, src, sizeof(src)) > 0) {
+		if (sysfs_read(path, src, sizeof(src)) > 0) {
 			if (!strncmp(src, "pebs", 4))
 				source = 2;
 			else if (!strncmp(src, "abit", 4) && source < 1)
@@ -1022,9 +979,9 @@ static int cmd_run(void)
 	struct agent_stats as = { 0 };
 	struct report_state rs = { 0 };
 	unsigned long long reported_rounds = 0;
-	uint64_t t0 = now_ms(), next, last_report = 0;
-	int fmem = (int)read_long(SYSFS "/fmem_node", -1);
-	int smem = (int)read_long(SYSFS "/smem_node", -1);
+	uint64_t t0 = mono_ms(), next, last_report = 0;
+	int fmem = (int)sysfs_read_long(SYSFS "/fmem_node", -1);
+	int smem = (int)sysfs_read_long(SYSFS "/smem_node", -1);
 	struct cpu_budget cb;
 	int i;
 
@@ -1054,7 +1011,7 @@ static int cmd_run(void)
 		for (i = 0; i < n && i < MAX_TARGETS && !stop; i++) {
 			size_t allowed, shed;
 
-			cpu_budget_update(&cb, now_ms() * 1000000ULL,
+			cpu_budget_update(&cb, mono_ms() * 1000000ULL,
 					  manager_cpu_ns());
 			/* a swap moves two pages: budget / 2 promotions */
 			allowed = cpu_budget_pages(&cb, 2 * opt_max_moves) / 2;
@@ -1069,7 +1026,7 @@ static int cmd_run(void)
 				round_one(i, fmem, smem, &tstate[i], &as,
 					  allowed, &cb, shed);
 		}
-		now = now_ms();
+		now = mono_ms();
 		/* after a round, and at least once a second */
 		if (as.rounds != reported_rounds || now - last_report >= 1000) {
 			report_to_host(&as, fmem, smem, &rs);
@@ -1093,7 +1050,7 @@ static int cmd_run(void)
 	       "\"balloon_holds\":%llu,\"balloon_shed\":%llu,"
 	       "\"short_batches\":%llu}\n", as.rounds,
 	       as.promoted, as.demoted, as.failed, as.queried, self_cpu_ns(),
-	       (unsigned long long)(now_ms() - t0), opt_cpu_pct, as.throttled,
+	       (unsigned long long)(mono_ms() - t0), opt_cpu_pct, as.throttled,
 	       cb.page_ns, as.balloon_holds, as.balloon_shed, as.short_batches);
 	return 0;
 }
@@ -1103,7 +1060,7 @@ static int cmd_stats(void)
 	char g[4096], t[4096], path[128], src[32];
 	int n = nr_targets(), i, fmem, smem;
 
-	if (n < 0 || read_file(SYSFS "/stats", g, sizeof(g)) < 0) {
+	if (n < 0 || sysfs_read(SYSFS "/stats", g, sizeof(g)) < 0) {
 		fprintf(stderr, "tiering-agent: %s missing\n", SYSFS);
 		return 1;
 	}
@@ -1123,10 +1080,10 @@ static int cmd_stats(void)
 		char *nl;
 
 		snprintf(path, sizeof(path), SYSFS "/targets/%d/stats", i);
-		if (read_file(path, t, sizeof(t)) < 0)
+		if (sysfs_read(path, t, sizeof(t)) < 0)
 			continue;
 		snprintf(path, sizeof(path), SYSFS "/targets/%d/source", i);
-		if (read_file(path, src, sizeof(src)) < 0)
+		if (sysfs_read(path, src, sizeof(src)) < 0)
 			strcpy(src, "?");
 		nl = strchr(src, '\n');
 		if (nl)
