@@ -528,7 +528,7 @@ out:
 struct agent_stats {
 	unsigned long long rounds, promoted, demoted, failed, queried;
 	unsigned long long throttled;	/* polls skipped by the CPU budget */
-	unsigned long long balloon_holds; /* rounds that only shed for the FMem balloon */
+	unsigned long long balloon_holds; /* polls that only shed for the FMem balloon */
 	unsigned long long balloon_shed;  /* pages demoted for the FMem balloon */
 	unsigned long long short_batches; /* promotion batches that fell short */
 };
@@ -1005,11 +1005,16 @@ static int cmd_run(void)
 		int n = nr_targets();
 		struct timespec ts;
 		uint64_t now;
+		size_t shed;
 
 		if (n < 0)
 			break;	/* module unloaded */
+		/* one look at the FMem balloon per poll, for all targets */
+		shed = fmem_balloon_shortfall();
+		if (shed)
+			as.balloon_holds++;
 		for (i = 0; i < n && i < MAX_TARGETS && !stop; i++) {
-			size_t allowed, shed;
+			size_t allowed;
 
 			cpu_budget_update(&cb, mono_ms() * 1000000ULL,
 					  manager_cpu_ns());
@@ -1019,9 +1024,6 @@ static int cmd_run(void)
 				as.throttled++;
 				break;	/* over the CPU budget: wait */
 			}
-			shed = fmem_balloon_shortfall();
-			if (shed)
-				as.balloon_holds++;
 			if (target_running(i))
 				round_one(i, fmem, smem, &tstate[i], &as,
 					  allowed, &cb, shed);
