@@ -3,7 +3,8 @@
 # without QEMU: L1 boots are replaced by a stub that replays a script of
 # scenario outcomes. Checks that a guest triple fault or a VMM crash is
 # kept as evidence, re-run once, reported with a CRASH line and a crash
-# rate, and fails the run when the same scenario crashes twice.
+# rate, and fails the run when the same scenario crashes twice; and that
+# after an L1-level failure the next boot runs the interrupted scenario last.
 set -uo pipefail
 ROOT=${TB_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 TB_ROOT=$ROOT
@@ -29,7 +30,19 @@ tb_boot_l1() { # the stub: one "L1 boot" replaying OUTCOMES
     local attempt=$1 s
     shift
     TB_L1_BOOTS=$((TB_L1_BOOTS + 1))
+    echo "boot $attempt order: $*" >>"$RUN_DIR/boots.log"
     for s; do
+        if [[ ${OUTCOMES[$attempt:$s]:-} == l1hang ]]; then
+            # L1 froze in s: s interrupted, the rest of this boot not run
+            TB_RESULT[$s]=L1-FAIL
+            local rest=0 r
+            for r; do
+                ((rest)) && TB_RESULT[$r]=NOT-RUN
+                [[ $r == "$s" ]] && rest=1
+            done
+            TB_L1_FAILS+=("boot $attempt: L1 hung")
+            return 1
+        fi
         mkdir -p "$RUN_DIR/$s"
         : >"$RUN_DIR/$s/vmm.stderr"
         case ${OUTCOMES[$attempt:$s]:-pass} in
@@ -91,6 +104,12 @@ run_case
 check "plain failure fails" test "$rc" -eq "$TB_EXIT_SCENARIO"
 check "plain failure not re-run" grep -q '^L1 boots: 1' <<<"$out"
 check "no CRASH line" bash -c '! grep -q "^CRASH" <<<"$1"' _ "$out"
+
+# 4. L1 freezes in a: the next boot runs b first and a last.
+OUTCOMES=([1:a]=l1hang)
+run_case
+check "L1 hang then passes exits 0" test "$rc" -eq 0
+check "the interrupted scenario goes last" grep -q '^boot 2 order: b a$' "$RUN_DIR/boots.log"
 
 echo "$pass passed, $fail failed"
 ((fail == 0))

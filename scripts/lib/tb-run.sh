@@ -422,6 +422,13 @@ tb_run_nested_boots() {
         fi
         if ((${#next[@]} && l1_retried < TB_L1_RETRIES)); then
             l1_retried=$((l1_retried + 1))
+            # The scenario L1 died in goes last: if it brings the next L1
+            # down too, the others have had their run.
+            local waiting=() interrupted=()
+            for s in "${next[@]}"; do
+                if [[ ${TB_RESULT[$s]:-} == L1-FAIL ]]; then interrupted+=("$s"); else waiting+=("$s"); fi
+            done
+            next=("${waiting[@]}" "${interrupted[@]}")
             tb_warn "L1-level failure: re-booting L1 (boot $((attempt + 1))) for: ${next[*]}"
             for s in "${next[@]}"; do
                 TB_NOTE[$s]="retried after L1-level failure in boot $attempt"
