@@ -72,12 +72,13 @@ struct Cli {
     #[arg(long = "landlock-rules", help = vmm::landlock::RULES_SYNTAX, num_args = 1.., action = clap::ArgAction::Append)]
     landlock_rules: Vec<String>,
     /// Transport of every virtio device (our extension; upstream is
-    /// PCI-only): mmio (virtio-mmio windows in the DSDT) or pci (a PCI
-    /// root bus with ECAM, virtio-pci functions, MSI-X). See docs/virtio-pci.md.
+    /// PCI-only): pci (the default: a PCI root bus with ECAM, virtio-pci
+    /// functions, MSI-X, hotplug) or mmio (virtio-mmio windows in the
+    /// DSDT). See docs/virtio-pci.md.
     #[arg(
         long = "virtio-transport",
-        value_name = "mmio|pci",
-        default_value = "mmio"
+        value_name = "pci|mmio",
+        default_value = "pci"
     )]
     virtio_transport: vmm::virtio_pci::VirtioTransport,
 }

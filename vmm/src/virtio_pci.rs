@@ -40,10 +40,11 @@ const MAX_GSI: u32 = 4096;
 /// boots.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum VirtioTransport {
-    /// virtio-mmio windows described in the DSDT (the default).
-    #[default]
+    /// virtio-mmio windows described in the DSDT.
     Mmio,
-    /// virtio-pci functions on a PCI root bus, MSI-X interrupts.
+    /// virtio-pci functions on a PCI root bus, MSI-X interrupts (the
+    /// default, as upstream, which has no other transport).
+    #[default]
     Pci,
 }
 
@@ -58,7 +59,7 @@ impl std::str::FromStr for VirtioTransport {
     }
 }
 
-static TRANSPORT: AtomicU8 = AtomicU8::new(0);
+static TRANSPORT: AtomicU8 = AtomicU8::new(VirtioTransport::Pci as u8);
 
 /// Chooses the transport for every VM booted from now on (set once, from
 /// the command line, before the VMM thread starts).
@@ -69,8 +70,8 @@ pub fn set_transport(t: VirtioTransport) {
 /// The transport chosen by [`set_transport`].
 pub fn transport() -> VirtioTransport {
     match TRANSPORT.load(Ordering::SeqCst) {
-        1 => VirtioTransport::Pci,
-        _ => VirtioTransport::Mmio,
+        0 => VirtioTransport::Mmio,
+        _ => VirtioTransport::Pci,
     }
 }
 

@@ -7,8 +7,8 @@
 # every page of a zone's mappings (its hotplug region included) on the
 # zone's host node. At one step the SMem balloon holds memory of the zone
 # while it shrinks. Bad requests (beyond hotplug_size, below the boot size,
-# an unknown zone) are refused. VM 1 on virtio-mmio (the default), VM 2 on
-# virtio-pci.
+# an unknown zone) are refused. VM 1 on virtio-mmio, VM 2 on virtio-pci (the
+# default).
 # shellcheck source=../../lib/common.sh
 . "$TB_LIB/common.sh"
 # shellcheck source=../../lib/l1.sh
@@ -128,7 +128,7 @@ end_vm() { # NAME
 
 SMEM_REGION=$((384 * MIB))
 # ------------------------------------------------------------- VM 1 --
-if boot_vm mmio \
+if boot_vm mmio --virtio-transport mmio \
     --memory-zone id=fmem,size=512M,host_numa_node=0,hotplug_size=256M \
     id=smem,size=512M,host_numa_node=1,shared=on,hotplug_size=384M; then
     gm a
