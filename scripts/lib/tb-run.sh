@@ -256,6 +256,14 @@ _l1_tick() {
     else
         return 0
     fi
+    if [[ $L1_REASON == "L1 hung"* ]]; then
+        # Where the vCPUs are (L1 kernel, L2 guest mode, halted) before the
+        # kill: the only evidence a frozen L1 leaves.
+        local state=$RUN_DIR/l1-hang-cpus-$L1_ATTEMPT.txt
+        if timeout 20 "$TB_ROOT/scripts/lib/qmp-cpu-state.py" "$L1_QMP" "$state"; then
+            L1_REASON+=" (vCPU state: $(basename "$state"))"
+        fi
+    fi
     tb_warn "$L1_REASON: killing QEMU"
     L1_KILLED=1
     tb_kill_pid "$L1_QPID" &
@@ -286,11 +294,15 @@ tb_boot_l1() {
     TB_L1_BOOTS=$((TB_L1_BOOTS + 1))
     L1_READY=0 L1_DONE="" L1_PANIC="" L1_REASON="" L1_CUR="" L1_KILLED="" L1_EXIT_DEADLINE=0 L1_BEAT=0
     L1_T0=$(tb_host_ms)
+    L1_ATTEMPT=$attempt
+    L1_QMP=$RUN_DIR/qmp-l1-$attempt.sock
+    rm -f "$L1_QMP"
     tb_msg "booting L1 (attempt $attempt) for: $* -- console: $console"
     qemu-system-x86_64 "${TB_L1_QEMU_ARGS[@]}" -cpu "$TB_L1_CPU_ARG" \
         -serial "file:$console" -serial "file:$outtar" \
         -kernel "/boot/vmlinuz-$TB_KVER" -initrd "$TB_L1_INITRD" \
-        -append "$append" -d cpu_reset -D "$rlog" </dev/null >"$qlog" 2>&1 &
+        -append "$append" -d cpu_reset -D "$rlog" \
+        -qmp "unix:$L1_QMP,server=on,wait=off" </dev/null >"$qlog" 2>&1 &
     L1_QPID=$!
     tb_monitor "$console" "$L1_QPID" _l1_line _l1_tick
     wait "$L1_QPID" || qrc=$?
