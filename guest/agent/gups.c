@@ -5,6 +5,7 @@
  *
  *   gups-hotset [-s REGION_MB] [-H HOT_MB] [-r RATIO] [-t SECONDS]
  *               [-i REPORT_MS] [-f FMEM_NODE] [-w READY_FILE] [-k] [-u]
+ *               [-T] [-P]
  *
  * Robustness options (for the manager's tests): -k forks a child that
  * shares the region copy-on-write and sleeps until the end; -u unmaps the
@@ -14,7 +15,10 @@
  * The region is one anonymous mapping (THP off, so residency is counted
  * per 4 KiB page); the hot set is its last HOT_MB.  It is first-touched
  * cold part first, so on a guest whose FMem cannot hold the region the
- * hot set starts out in SMem.  A reporter thread queries the node of the
+ * hot set starts out in SMem; -P touches the hot set first instead, so it
+ * starts out in FMem (the static placement an oracle would choose, with
+ * no manager: the control that separates what placement does to the rate
+ * from what the manager's work costs).  A reporter thread queries the node of the
  * hot pages (all) and of the cold pages (every 8th) with move_pages(2)
  * and prints one JSON line per interval:
  *   {"gups":"tick","t_ms":..,"mups":..,"hot_fmem_pct":..,
@@ -150,7 +154,7 @@ static void on_term(int sig)
 static void usage(void)
 {
 	fprintf(stderr, "usage: gups-hotset [-s REGION_MB] [-H HOT_MB] [-r RATIO] "
-		"[-t SECONDS] [-i REPORT_MS] [-f FMEM_NODE] [-w READY_FILE] [-k] [-u] [-T]\n");
+		"[-t SECONDS] [-i REPORT_MS] [-f FMEM_NODE] [-w READY_FILE] [-k] [-u] [-T] [-P]\n");
 	exit(2);
 }
 
@@ -175,10 +179,10 @@ int main(int argc, char **argv)
 	uint64_t t_start, t_end;
 	pthread_t th;
 	size_t off;
-	int c, fork_child = 0, unmap_half = 0, unmapped = 0, thp = 0;
+	int c, fork_child = 0, unmap_half = 0, unmapped = 0, thp = 0, hot_first = 0;
 	pid_t child = -1;
 
-	while ((c = getopt(argc, argv, "s:H:r:t:i:f:w:kuT")) != -1) {
+	while ((c = getopt(argc, argv, "s:H:r:t:i:f:w:kuTP")) != -1) {
 		switch (c) {
 		case 's': region_mb = arg_ul(optarg, 2, 1UL << 20); break;
 		case 'H': hot_mb = arg_ul(optarg, 1, 1UL << 20); break;
@@ -190,6 +194,7 @@ int main(int argc, char **argv)
 		case 'k': fork_child = 1; break;
 		case 'u': unmap_half = 1; break;
 		case 'T': thp = 1; break;
+		case 'P': hot_first = 1; break;
 		default: usage();
 		}
 	}
@@ -206,9 +211,18 @@ int main(int argc, char **argv)
 	/* 4 KiB pages unless asked (-T: THP wherever the kernel allows it) */
 	if (madvise(region, region_bytes, thp ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) && thp)
 		perror("madvise(MADV_HUGEPAGE)");
-	/* First touch: cold part first, the hot set last. */
-	for (off = 0; off < region_bytes; off += PAGE)
+	/*
+	 * First touch: cold part first, the hot set last (-P: the hot set
+	 * first, then the cold part).
+	 */
+	if (hot_first)
+		for (off = region_bytes - hot_bytes; off < region_bytes; off += PAGE)
+			region[off / 8] = off;
+	for (off = 0; off < region_bytes - (hot_first ? hot_bytes : 0); off += PAGE)
 		region[off / 8] = off;
+	if (!hot_first)
+		for (off = region_bytes - hot_bytes; off < region_bytes; off += PAGE)
+			region[off / 8] = off;
 	signal(SIGTERM, on_term);
 	signal(SIGINT, on_term);
 	if (fork_child) {

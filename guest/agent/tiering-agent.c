@@ -485,6 +485,26 @@ static long node_free_pages(int node)
 }
 
 /*
+ * Why moves failed, over the whole run (printed at the end): a target
+ * node without room (-ENOMEM), a page pinned or under I/O (-EBUSY,
+ * -EAGAIN), an address no longer mapped (-EFAULT, -ENOENT), anything
+ * else, and pages whose whole call failed (process gone, no memory here).
+ */
+static struct {
+	unsigned long long nomem, busy, gone, other, call;
+} move_fail;
+
+static void count_move_failure(int status)
+{
+	switch (-status) {
+	case ENOMEM: move_fail.nomem++; break;
+	case EBUSY: case EAGAIN: move_fail.busy++; break;
+	case EFAULT: case ENOENT: move_fail.gone++; break;
+	default: move_fail.other++; break;
+	}
+}
+
+/*
  * Move pages, one move_pages(2) call for the whole batch: each call
  * disables the LRU caches, which drains them on every CPU, so fewer,
  * larger calls cost the guest less.  The PID number is only used while
@@ -504,6 +524,7 @@ static size_t move_to(long pid, int pidfd, void **pages, size_t n, int node,
 	st = malloc(n * sizeof(*st));
 	if (!nodes || !st || !pidfd_alive(pidfd)) {
 		*failed += n;
+		move_fail.call += n;
 		goto out;
 	}
 	for (k = 0; k < n; k++)
@@ -511,13 +532,17 @@ static size_t move_to(long pid, int pidfd, void **pages, size_t n, int node,
 	if (syscall(SYS_move_pages, pid, n, pages, nodes, st,
 		    2 /* MPOL_MF_MOVE */) < 0) {
 		*failed += n;
+		move_fail.call += n;
 		goto out;
 	}
 	for (k = 0; k < n; k++) {
-		if (st[k] == node)
+		if (st[k] == node) {
 			done++;
-		else
+		} else {
 			(*failed)++;
+			/* >= 0: the page stayed on another node, no error given */
+			count_move_failure(st[k] < 0 ? st[k] : -EAGAIN);
+		}
 	}
 out:
 	free(nodes);
@@ -1050,10 +1075,14 @@ static int cmd_run(void)
 	       "\"agent_cpu_ns\":%llu,\"wall_ms\":%llu,\"cpu_pct_budget\":%u,"
 	       "\"throttled_polls\":%llu,\"page_move_ns\":%.0f,"
 	       "\"balloon_holds\":%llu,\"balloon_shed\":%llu,"
-	       "\"short_batches\":%llu}\n", as.rounds,
+	       "\"short_batches\":%llu,\"failed_why\":{\"nomem\":%llu,"
+	       "\"busy\":%llu,\"gone\":%llu,\"other\":%llu,\"call\":%llu}}\n",
+	       as.rounds,
 	       as.promoted, as.demoted, as.failed, as.queried, self_cpu_ns(),
 	       (unsigned long long)(mono_ms() - t0), opt_cpu_pct, as.throttled,
-	       cb.page_ns, as.balloon_holds, as.balloon_shed, as.short_batches);
+	       cb.page_ns, as.balloon_holds, as.balloon_shed, as.short_batches,
+	       move_fail.nomem, move_fail.busy, move_fail.gone, move_fail.other,
+	       move_fail.call);
 	return 0;
 }
 

@@ -128,6 +128,7 @@ ours.update({
     "promoted_pages": agent.get("promoted"),
     "demoted_pages": agent.get("demoted"),
     "failed_pages": agent.get("failed"),
+    "failed_why": agent.get("failed_why"),
     "cpu_pct_budget": agent.get("cpu_pct_budget"),
     "throttled_polls": agent.get("throttled_polls"),
     "balloon_holds": agent.get("balloon_holds"),
@@ -169,6 +170,12 @@ res = {
         "damon": throughput("damon") if f.get("damon_mups_series")
                  else (f.get("damon") or "not run (phase not in tb.tier_phases)"),
         "target_after_convergence": 0.95,
+        # the control: no manager, the hot set first-touched in FMem; its
+        # fraction is what placement alone does to the rate here, and
+        # ours_vs_static what the manager's work costs beside it
+        "static_placement": throughput("static") if f.get("static_mups_series")
+                            else "not run (phase not in tb.tier_phases)",
+        "ours_vs_static_after_convergence": f.get("ours_vs_static_converged"),
     },
     "gups_mups": {"no_tiering": phase("none")["mups"], "ours": ours["mups"],
                   "numa_balancing_tiering": nb_mups},
@@ -185,6 +192,7 @@ res = {
     "numa_balancing_tiering": nb,
     "damon_tiering": damon,
     "no_tiering": phase("none"),
+    "static_placement": phase("static"),
     "issue_targets": {
         "hot90_within_60s": t90 is not None and 0 <= t90 <= 60000,
         "manager_cpu_le_5pct": cpu is not None and cpu <= 5.0,

@@ -61,10 +61,12 @@ RUN_S=${TB_TIER_RUN_S:-40}
 BASE_S=${TB_TIER_BASE_S:-10}
 BALLOON_STEP=${TB_TIER_BALLOON:-1}
 THP=${TB_TIER_THP:-0}	# 1: the L2 runs GUPS on transparent huge pages
+# static: the hot set placed in FMem with no manager (the control, l2.sh)
+PHASES=${TB_TIER_PHASES:-none,static,ours,unload,usersample}
 tb_fact run_s "$RUN_S"
 tb_fact balloon_step "$BALLOON_STEP"
 tb_vmm_start --kernel "$TB_L2_KERNEL" --initramfs "$TB_L2_INITRD" \
-    --cmdline "console=ttyS0 reboot=k panic=-1 tb.run=tiering-gups tb.tier_run_s=$RUN_S tb.tier_base_s=$BASE_S tb.tier_phases=none,ours,unload,usersample tb.tier_min_ratio_pct=$MIN_RATIO_PCT tb.tier_abit_flush=$ABIT_FLUSH tb.tier_thp=$THP" \
+    --cmdline "console=ttyS0 reboot=k panic=-1 tb.run=tiering-gups tb.tier_run_s=$RUN_S tb.tier_base_s=$BASE_S tb.tier_phases=$PHASES tb.tier_min_ratio_pct=$MIN_RATIO_PCT tb.tier_abit_flush=$ABIT_FLUSH tb.tier_thp=$THP" \
     --cpus boot=2 --memory size=0 \
     --memory-zone id=fmem,size=512M,host_numa_node=0 id=smem,size=1G,host_numa_node=1 \
     --numa 'guest_numa_id=0,cpus=[0-1],distances=[1@25],memory_zones=fmem,latency_ns=80,bandwidth_mbps=20000' \

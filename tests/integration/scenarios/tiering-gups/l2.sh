@@ -7,6 +7,11 @@
 # 10x access density; first-touched cold part first, so the hot set starts
 # in SMem because FMem fills up first):
 #   none   no tiering                                   BASE_S seconds
+#   static no tiering, hot set first-touched first (-P)  BASE_S seconds
+#          so it starts in FMem: the rate of the ideal placement with
+#          no manager, the control that tells the placement's effect on
+#          the rate (static / none) from the manager's cost (ours after
+#          convergence / static)
 #   numab  numa_balancing=2 + demotion_enabled=true     RUN_S seconds
 #   damon  DAMON's own tiering: two paddr kdamonds,      RUN_S seconds
 #          DAMOS migrate_hot SMem->FMem, migrate_cold FMem->SMem
@@ -18,7 +23,7 @@
 # Each phase reports the hot-set residency in FMem once a second.
 # Kernel command line knobs: tb.tier_run_s=N tb.tier_base_s=N
 # tb.tier_region_mb=N tb.tier_hot_mb=N tb.tier_min_pct=N
-# tb.tier_phases=none,numab,ours,unload (a subset, for development).
+# tb.tier_phases=none,static,numab,ours,unload (a subset, for development).
 # shellcheck source=../../lib/common.sh
 . "$TB_LIB/common.sh"
 # shellcheck source=../../lib/l2.sh
@@ -34,7 +39,7 @@ HOT_MB=64
 RUN_S=30
 BASE_S=15
 MIN_PCT=60
-PHASES="none numab damon ours unload usersample"
+PHASES="none static numab damon ours unload usersample"
 CPU_PCT=0	# the agent's manager CPU budget (-c); 0 = none
 # The workload's own rate with the manager, after convergence, as a
 # percentage of the no-tiering run's: the check's floor (0 = report only).
@@ -92,7 +97,8 @@ run_phase() {
     p_secs=$2
     p_out=/tmp/gups-$p_name.out
     rm -f "$p_out"
-    "$GUPS" -s "$REGION_MB" -H "$HOT_MB" -r 10 -t "$p_secs" -i 1000 -f 0 $GUPS_THP >"$p_out" 2>&1 &
+    # shellcheck disable=SC2086 # GUPS_THP, GUPS_PHASE_OPTS: one word or none
+    "$GUPS" -s "$REGION_MB" -H "$HOT_MB" -r 10 -t "$p_secs" -i 1000 -f 0 $GUPS_THP ${GUPS_PHASE_OPTS:-} >"$p_out" 2>&1 &
     p_pid=$!
     # The first phase's GUPS touches 640 MiB of L2 memory that L1 (under
     # TCG) backs for the first time: 120 s was too short on a busy host
@@ -149,6 +155,18 @@ if phase_on none; then
     none_init=${none_init%.*}
     # Precondition: the hot set starts out mostly in SMem (FMem filled first).
     tb_check_le "hot-set-starts-in-smem(<50%)" "${none_init:-100}" 49
+fi
+
+# ---- phase 1b: no tiering, the hot set placed in FMem from the start ----
+on_start_static() { :; }
+on_end_static() { :; }
+if phase_on static; then
+    GUPS_PHASE_OPTS=-P
+    run_phase static "$BASE_S" && tb_pass static-phase-ran
+    GUPS_PHASE_OPTS=""
+    st_init=$(json_num "$(grep '"gups":"tick"' /tmp/gups-static.out | head -n 1)" hot_fmem_pct)
+    # Precondition: FMem had room for the hot set when it was touched.
+    tb_check_ge "static-hot-set-starts-in-fmem(>=90%)" "${st_init%.*}" 90
 fi
 
 # ---- phase 2: Linux tiering (NUMA balancing tiering mode + demotion) ----
@@ -498,6 +516,19 @@ ratio=$(awk -v c="$conv" '
     END { if (!nn || !no || !sn) { print "null"; exit }
         printf "%.3f", (so / no) / (sn / nn) }' /tmp/gups-none.out /tmp/gups-ours.out 2>/dev/null)
 tb_fact ours_throughput_ratio_converged "${ratio:-null}"
+# mean per-second rate of a phase's ticks from tick FROM on (1-based)
+mean_rate() { grep '"gups":"tick"' "$1" 2>/dev/null | sed -n 's/.*"mups":\([0-9.]*\).*/\1/p' |
+    awk -v from="${2:-1}" 'NR >= from { s += $1; n++ } END { if (n) printf "%.4f", s / n }'; }
+if [ -s /tmp/gups-static.out ]; then
+    r_none=$(mean_rate /tmp/gups-none.out)
+    r_static=$(mean_rate /tmp/gups-static.out)
+    r_conv=""
+    [ "$conv" -gt 0 ] && r_conv=$(mean_rate /tmp/gups-ours.out $((conv + 2)))
+    q() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b > 0) printf "%.3f", a / b; else print "null" }'; }
+    tb_fact static_throughput_ratio "$(q "$r_static" "$r_none")"
+    tb_fact ours_vs_static_converged "$(q "$r_conv" "$r_static")"
+    echo "@@FIGURE GUPS static placement (hot set in FMem, no manager) / no tiering: $(q "$r_static" "$r_none"); with the manager after convergence / static placement: $(q "$r_conv" "$r_static")"
+fi
 tb_fact ours_throughput_ratio_run "$(awk -v a="${m_ours:-0}" -v b="${m_none:-0}" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "null" }')"
 echo "@@FIGURE GUPS throughput with the manager / without: ${ratio:-?} after convergence (tick ${conv}), whole run $(awk -v a="${m_ours:-0}" -v b="${m_none:-0}" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "?" }')"
 if [ "$MIN_RATIO_PCT" -gt 0 ]; then
