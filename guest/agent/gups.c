@@ -119,6 +119,13 @@ static void *reporter(void *arg)
 		double acc;
 
 		nanosleep(&ts, NULL);
+		/*
+		 * The run ended during this interval: its updates stopped
+		 * before the interval did, so its rate would read low.  The
+		 * done line has the whole run.
+		 */
+		if (stop)
+			break;
 		t = now_ms();
 		u = updates;
 		hot = pct_on_fmem((char *)region + cold, hot_bytes, 1);
@@ -304,9 +311,10 @@ int main(int argc, char **argv)
 			}
 		}
 	}
+	/* the end of the accesses, not of the reporter's last sleep */
+	t_end = now_ms();
 	stop = 1;
 	pthread_join(th, NULL);
-	t_end = now_ms();
 	if (child > 0) {
 		kill(child, SIGTERM);
 		waitpid(child, NULL, 0);
