@@ -486,13 +486,19 @@ static long node_free_pages(int node)
 
 /*
  * Why moves failed, over the whole run (printed at the end): a target
- * node without room (-ENOMEM), a page pinned or under I/O (-EBUSY,
- * -EAGAIN), an address no longer mapped (-EFAULT, -ENOENT), anything
- * else, and pages whose whole call failed (process gone, no memory here).
+ * node without room (-ENOMEM), a page off the LRU (-EBUSY, -EAGAIN: under
+ * I/O or migration, or a later base page of a huge page that an earlier
+ * address of the same call already queued), an address no longer mapped
+ * (-EFAULT, -ENOENT), a page left on another node with no error (stayed:
+ * its migration failed after it was queued), anything else, and pages
+ * whose whole call failed (process gone, no memory in the agent).
  */
 static struct {
-	unsigned long long nomem, busy, gone, other, call;
+	unsigned long long nomem, busy, gone, stayed, other, call;
 } move_fail;
+
+/* base pages asked for a second time by retry_busy() */
+static unsigned long long move_retried;
 
 static void count_move_failure(int status)
 {
@@ -502,6 +508,42 @@ static void count_move_failure(int status)
 	case EFAULT: case ENOENT: move_fail.gone++; break;
 	default: move_fail.other++; break;
 	}
+}
+
+/*
+ * One more call for the pages that were busy: with transparent huge pages
+ * a batch holds several base pages of one huge page, and the kernel
+ * answers -EBUSY for a base page whose huge page an earlier address of the
+ * same call had taken off the LRU to migrate; by now it has moved (or
+ * been split and its base pages moved), so asking again finds most of
+ * them on @nodes' node.  Updates @st in place.
+ */
+static void retry_busy(long pid, void **pages, size_t n, int *nodes, int *st)
+{
+	void **again;
+	int *st2;
+	size_t k, m = 0;
+
+	for (k = 0; k < n; k++)
+		m += st[k] == -EBUSY;
+	if (!m)
+		return;
+	again = malloc(m * sizeof(*again));
+	st2 = malloc(m * sizeof(*st2));
+	if (again && st2) {
+		for (k = 0, m = 0; k < n; k++)
+			if (st[k] == -EBUSY)
+				again[m++] = pages[k];
+		if (syscall(SYS_move_pages, pid, m, again, nodes, st2,
+			    2 /* MPOL_MF_MOVE */) == 0) {
+			for (k = 0, m = 0; k < n; k++)
+				if (st[k] == -EBUSY)
+					st[k] = st2[m++];
+			move_retried += m;
+		}
+	}
+	free(again);
+	free(st2);
 }
 
 /*
@@ -535,13 +577,16 @@ static size_t move_to(long pid, int pidfd, void **pages, size_t n, int node,
 		move_fail.call += n;
 		goto out;
 	}
+	retry_busy(pid, pages, n, nodes, st);
 	for (k = 0; k < n; k++) {
 		if (st[k] == node) {
 			done++;
 		} else {
 			(*failed)++;
-			/* >= 0: the page stayed on another node, no error given */
-			count_move_failure(st[k] < 0 ? st[k] : -EAGAIN);
+			if (st[k] >= 0)
+				move_fail.stayed++;
+			else
+				count_move_failure(st[k]);
 		}
 	}
 out:
@@ -1076,13 +1121,14 @@ static int cmd_run(void)
 	       "\"throttled_polls\":%llu,\"page_move_ns\":%.0f,"
 	       "\"balloon_holds\":%llu,\"balloon_shed\":%llu,"
 	       "\"short_batches\":%llu,\"failed_why\":{\"nomem\":%llu,"
-	       "\"busy\":%llu,\"gone\":%llu,\"other\":%llu,\"call\":%llu}}\n",
+	       "\"busy\":%llu,\"gone\":%llu,\"stayed\":%llu,\"other\":%llu,"
+	       "\"call\":%llu},\"busy_retried\":%llu}\n",
 	       as.rounds,
 	       as.promoted, as.demoted, as.failed, as.queried, self_cpu_ns(),
 	       (unsigned long long)(mono_ms() - t0), opt_cpu_pct, as.throttled,
 	       cb.page_ns, as.balloon_holds, as.balloon_shed, as.short_batches,
-	       move_fail.nomem, move_fail.busy, move_fail.gone, move_fail.other,
-	       move_fail.call);
+	       move_fail.nomem, move_fail.busy, move_fail.gone, move_fail.stayed,
+	       move_fail.other, move_fail.call, move_retried);
 	return 0;
 }
 

@@ -129,6 +129,7 @@ ours.update({
     "demoted_pages": agent.get("demoted"),
     "failed_pages": agent.get("failed"),
     "failed_why": agent.get("failed_why"),
+    "busy_pages_retried": agent.get("busy_retried"),
     "cpu_pct_budget": agent.get("cpu_pct_budget"),
     "throttled_polls": agent.get("throttled_polls"),
     "balloon_holds": agent.get("balloon_holds"),
