@@ -3,10 +3,12 @@
 # (ours), and sequential/random 4 KiB disk I/O and TCP over the TAP with 1
 # and 2 queues (queue pairs), our VMM on virtio-pci against upstream Cloud
 # Hypervisor v53 (../shared/anchors/cloud-hypervisor-v53/, packed into L1
-# when present), all in ONE L1 boot of the nested testbed (scenario
-# bench-devices; see its l1.sh). One JSON line on stdout. Extra arguments
-# go to scripts/testbed.sh (e.g. --no-build). TB_BOOTS (default 3): boots
-# per VMM for the boot times.
+# when present; at 1 queue also upstream with its NIC offloads off, as
+# ours offers none), all in ONE L1 boot of the nested testbed (scenario
+# bench-devices; see its l1.sh: every step is bounded and a stuck one
+# leaves diag-*.txt in the run directory). One JSON line on stdout. Extra
+# arguments go to scripts/testbed.sh (e.g. --no-build). TB_BOOTS (default
+# 3): boots per VMM for the boot times.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BOOTS=${TB_BOOTS:-3}
@@ -37,10 +39,11 @@ out = {
 out["boot_ms_median"] = {k: f.get(f"{k}_boot_ms_median") for k in ("mmio", "pci", "upstream")}
 out["boot_ms_all"] = {k: f.get(f"{k}_boot_ms_all") for k in ("mmio", "pci", "upstream")}
 metrics = ["seqread_iops", "seqwrite_iops", "randread_iops", "randwrite_iops",
-           "seqread_mib_s", "seqwrite_mib_s", "tcp_mbit_s"]
+           "seqread_mib_s", "seqwrite_mib_s", "tcp_mbit_s", "tcp_ms"]
 for who in ("ours", "upstream"):
     for q in (1, 2):
         out[f"{who}_q{q}"] = {k: f.get(f"{who}_q{q}_{k}") for k in metrics}
+out["upstream_nooffload_q1"] = {k: f.get(f"upstream_nooffload_q1_{k}") for k in metrics}
 if f.get("upstream_absent"):
     out["upstream_absent"] = f["upstream_absent"]
 def ratio(a, b):
@@ -48,12 +51,15 @@ def ratio(a, b):
         return round(a / b, 2)
     except (TypeError, ZeroDivisionError):
         return None
+rates = [k for k in metrics if k != "tcp_ms"]
 out["ours_vs_upstream"] = {
     f"q{q}_{k}": ratio(out[f"ours_q{q}"][k], out[f"upstream_q{q}"][k])
-    for q in (1, 2) for k in metrics
+    for q in (1, 2) for k in rates
 }
+out["ours_vs_upstream_nooffload_q1_tcp_mbit_s"] = ratio(
+    out["ours_q1"]["tcp_mbit_s"], out["upstream_nooffload_q1"]["tcp_mbit_s"])
 out["q2_vs_q1"] = {
-    who: {k: ratio(out[f"{who}_q2"][k], out[f"{who}_q1"][k]) for k in metrics}
+    who: {k: ratio(out[f"{who}_q2"][k], out[f"{who}_q1"][k]) for k in rates}
     for who in ("ours", "upstream")
 }
 out["pci_vs_mmio_boot"] = ratio(out["boot_ms_median"]["pci"], out["boot_ms_median"]["mmio"])

@@ -6,6 +6,15 @@
 # to ports 5201, 5202, ... where L1 listens), and prints one
 # "@@DEVB RESULT ..." line with the raw counts. It powers off by itself
 # (upstream's VMM takes no console input here).
+#
+# Progress: "@@DEVB STEP <name> uptime_ms=N oops=N" before each step
+# (seqread, seqwrite, randread, randwrite, net, tcp), so that L1 bounds
+# every step on its own; oops= counts the kernel's oopses and warnings
+# since the script began.
+# Each step is bounded here too: devbench gives up on a disk run still
+# going 30 s after its tb.secs, on a TCP stream without progress for 30 s
+# and on a TCP run longer than tb.tcplimit s (default 120), and prints
+# what it was doing to the console (its stderr); ping waits 30 s at most.
 # shellcheck source=../../lib/common.sh
 . "$TB_LIB/common.sh"
 # shellcheck source=../../lib/l2.sh
@@ -16,6 +25,8 @@ arg() { tr ' ' '\n' </proc/cmdline | sed -n "s/^tb\.$1=//p" | tail -n 1; }
 mode=$(arg devb)
 secs=$(arg secs)
 mb=$(arg netmb)
+tcplimit=$(arg tcplimit)
+case $tcplimit in '' | *[!0-9]*) tcplimit=120 ;; esac
 streams=$(grep -c '^processor' /proc/cpuinfo)
 
 if [ "$mode" != io ]; then
@@ -25,6 +36,16 @@ if [ "$mode" != io ]; then
     exit 0
 fi
 
+# Console messages stay at loglevel 1 (they would cut into the result
+# lines), so each marker carries the kernel's oopses and warnings since
+# this script began (boot-time warnings such as the SRSO notice excluded).
+oops_count() { dmesg | grep -ciE 'Oops|BUG:|WARNING:|general protection'; }
+oops_at_start=$(oops_count)
+oopses() { echo "$(($(oops_count) - oops_at_start))"; }
+step() { echo "@@DEVB STEP $1 uptime_ms=$(tb_now_ms) oops=$(oopses)"; }
+# num KEY TEXT: the number after "KEY=" in devbench's output line
+num() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=\([0-9][0-9]*\)$/\1/p" | head -n 1; }
+
 disk=$(basename "$(ls -d /sys/block/vd* 2>/dev/null | head -n 1)")
 hwq=$(ls "/sys/block/$disk/mq" 2>/dev/null | wc -l)
 nic=$(grep -l '12:34:56:78:9a:d0' /sys/class/net/*/address 2>/dev/null | head -n 1)
@@ -32,16 +53,37 @@ nic=$(basename "$(dirname "$nic")")
 rxq=$(ls -d "/sys/class/net/$nic/queues/rx-"* 2>/dev/null | wc -l)
 result="@@DEVB RESULT hwq=$hwq rxq=$rxq streams=$streams"
 for m in seqread seqwrite randread randwrite; do
-    out=$(/tb/bin/devbench disk "/dev/$disk" "$m" "$secs" "$streams" 2>&1)
-    tb_check "disk-$m" test -n "$(echo "$out" | sed -n 's/^ops=\([0-9]*\) .*/\1/p')" || tb_log "$m: $out"
-    result="$result ${m}_ops=$(echo "$out" | sed -n 's/^ops=\([0-9]*\) .*/\1/p') ${m}_ms=$(echo "$out" | sed -n 's/.* ms=\([0-9]*\)$/\1/p')"
+    step "$m"
+    # stdout (the counts) is captured; devbench's complaints (stderr) go
+    # straight to the console.
+    out=$(/tb/bin/devbench disk "/dev/$disk" "$m" "$secs" "$streams")
+    rc=$?
+    ops=$(num ops "$out")
+    ms=$(num ms "$out")
+    if [ "$rc" = 0 ] && [ -n "$ops" ] && [ -n "$ms" ]; then
+        tb_pass "disk-$m" "$ops ops in $ms ms"
+    else
+        tb_fail "disk-$m" "devbench rc $rc, output '$out'"
+    fi
+    result="$result ${m}_ops=$ops ${m}_ms=$ms"
 done
 
+step net
 ip link set "$nic" up && ip addr add 192.168.30.2/24 dev "$nic"
-tb_check ping-host-tap ping -c 1 -w 60 -q 192.168.30.1
+tb_check ping-host-tap ping -c 1 -w 30 -q 192.168.30.1
+step tcp
 bytes=$((mb * 1048576 / streams))
-out=$(/tb/bin/devbench tcp 192.168.30.1 5201 "$bytes" "$streams" 2>&1)
-tb_check tcp test -n "$(echo "$out" | sed -n 's/^bytes=\([0-9]*\) .*/\1/p')" || tb_log "tcp: $out"
-result="$result tcp_bytes=$(echo "$out" | sed -n 's/^bytes=\([0-9]*\) .*/\1/p') tcp_ms=$(echo "$out" | sed -n 's/.* ms=\([0-9]*\)$/\1/p')"
+out=$(/tb/bin/devbench tcp 192.168.30.1 5201 "$bytes" "$streams" "$tcplimit")
+rc=$?
+tbytes=$(num bytes "$out")
+tms=$(num ms "$out")
+if [ "$rc" = 0 ] && [ -n "$tbytes" ] && [ -n "$tms" ]; then
+    tb_pass tcp "$tbytes bytes in $tms ms"
+else
+    tb_fail tcp "devbench rc $rc, output '$out'"
+    ip -s link show dev "$nic"
+    grep -E "^ *$nic:" /proc/net/dev
+fi
+result="$result tcp_bytes=$tbytes tcp_ms=$tms oops=$(oopses)"
 echo "$result"
 tb_report

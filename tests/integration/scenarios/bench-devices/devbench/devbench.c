@@ -10,12 +10,18 @@
 //       sequential thread walks its own slice of the device. Prints
 //       "ops=N bytes=N ms=N".
 //
-//   devbench tcp IP PORT BYTES STREAMS
+//   devbench tcp IP PORT BYTES STREAMS [LIMIT]
 //       STREAMS connections, to PORT, PORT+1, ...; each (on CPU i) sends
 //       BYTES, shuts its side down and waits for the receiver to close, so
 //       the time covers the data arriving. Prints "bytes=N ms=N".
 //
 // Times are the guest's clock (CLOCK_MONOTONIC).
+//
+// Bounded: a disk run that has not finished STALL_S seconds after its
+// SECONDS (a request the device never completes), a TCP stream that makes
+// no progress for STALL_S seconds (connect, send or the wait for the
+// receiver's close) and a TCP run longer than LIMIT seconds (default 120)
+// print what each thread was doing to stderr and exit with status 3.
 
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -32,12 +38,21 @@
 #include <sys/stat.h>
 #include <linux/fs.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <time.h>
 #include <unistd.h>
 
 #define BLOCK 4096
 #define MAX_THREADS 64
 #define NET_CHUNK (64 * 1024)
+#define STALL_S 30
+#define STR(x) #x
+#define XSTR(x) STR(x)
+#define TCP_LIMIT_S 120
+
+enum phase { PH_START, PH_CONNECT, PH_SEND, PH_WAIT_CLOSE, PH_DONE };
+static const char *const phase_name[] = { "starting", "connecting", "sending",
+					  "waiting for the receiver's close", "done" };
 
 struct worker {
 	pthread_t thread;
@@ -50,6 +65,11 @@ struct worker {
 	/* tcp */
 	struct sockaddr_in addr;
 	uint64_t bytes;
+	int sock;
+	/* progress, read by the main thread when a run overstays (atomics) */
+	int phase;
+	uint64_t cur_block;
+	uint64_t sent;
 	/* results */
 	uint64_t ops;
 	uint64_t done_ms;
@@ -58,6 +78,28 @@ struct worker {
 
 static uint64_t deadline_ms, start_ms;
 static pthread_barrier_t start_line;
+/* Workers that have returned, signalled to run() through finished_cv. */
+static pthread_mutex_t finished_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t finished_cv;
+static int finished;
+
+static void worker_finished(void)
+{
+	pthread_mutex_lock(&finished_lock);
+	finished++;
+	pthread_cond_signal(&finished_cv);
+	pthread_mutex_unlock(&finished_lock);
+}
+
+static uint64_t load64(const uint64_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+static void store64(uint64_t *p, uint64_t v)
+{
+	__atomic_store_n(p, v, __ATOMIC_RELAXED);
+}
 
 static uint64_t now_ms(void)
 {
@@ -98,6 +140,8 @@ static void *disk_worker(void *arg)
 	pin(w->index);
 	if (posix_memalign(&buf, BLOCK, BLOCK)) {
 		w->err = ENOMEM;
+		pthread_barrier_wait(&start_line);
+		worker_finished();
 		return NULL;
 	}
 	memset(buf, 0x5a ^ w->index, BLOCK);
@@ -112,6 +156,7 @@ static void *disk_worker(void *arg)
 			block = w->first + next;
 			next = (next + 1) % w->blocks;
 		}
+		store64(&w->cur_block, block);
 		if (w->write)
 			n = pwrite(w->fd, buf, BLOCK, (off_t)(block * BLOCK));
 		else
@@ -120,61 +165,131 @@ static void *disk_worker(void *arg)
 			w->err = n < 0 ? errno : EIO;
 			break;
 		}
-		w->ops++;
+		store64(&w->ops, w->ops + 1);
 	}
 	free(buf);
+	worker_finished();
 	return NULL;
+}
+
+static void set_phase(struct worker *w, int phase)
+{
+	__atomic_store_n(&w->phase, phase, __ATOMIC_RELAXED);
+}
+
+/* One line on a stream's TCP state, for a stream that stalls. */
+static void tcp_state(const struct worker *w, const char *why)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+	int s = __atomic_load_n(&w->sock, __ATOMIC_RELAXED);
+
+	fprintf(stderr, "devbench: tcp stream %d (port %d): %s while %s, %llu of %llu bytes written",
+		w->index, ntohs(w->addr.sin_port), why,
+		phase_name[__atomic_load_n(&w->phase, __ATOMIC_RELAXED)],
+		(unsigned long long)load64(&w->sent), (unsigned long long)w->bytes);
+	memset(&ti, 0, sizeof(ti));
+	if (s >= 0 && !getsockopt(s, IPPROTO_TCP, TCP_INFO, &ti, &len))
+		fprintf(stderr, "; tcp_info state=%u retransmits=%u backoff=%u unacked=%u lost=%u retrans=%u snd_cwnd=%u rtt_us=%u last_data_sent_ms=%u last_ack_recv_ms=%u total_retrans=%u",
+			ti.tcpi_state, ti.tcpi_retransmits, ti.tcpi_backoff, ti.tcpi_unacked,
+			ti.tcpi_lost, ti.tcpi_retrans, ti.tcpi_snd_cwnd, ti.tcpi_rtt,
+			ti.tcpi_last_data_sent, ti.tcpi_last_ack_recv, ti.tcpi_total_retrans);
+	fputc('\n', stderr);
+}
+
+/* errno of a blocking call that timed out after SO_SNDTIMEO/SO_RCVTIMEO */
+static int stalled(int err)
+{
+	return err == EAGAIN || err == EWOULDBLOCK || err == EINPROGRESS || err == ETIMEDOUT;
 }
 
 static void *tcp_worker(void *arg)
 {
 	struct worker *w = arg;
 	static char chunk[NET_CHUNK];
+	struct timeval stall = { .tv_sec = STALL_S };
 	uint64_t left = w->bytes;
 	char sink[512];
+	ssize_t n;
 	int s;
 
 	pin(w->index);
 	s = socket(AF_INET, SOCK_STREAM, 0);
-	if (s < 0) {
+	/* Every blocking call below (connect included) gives up after STALL_S
+	 * seconds without progress. */
+	if (s < 0 || setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &stall, sizeof(stall)) ||
+	    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &stall, sizeof(stall))) {
 		w->err = errno;
 		pthread_barrier_wait(&start_line);
-		return NULL;
-	}
-	pthread_barrier_wait(&start_line);
-	if (connect(s, (struct sockaddr *)&w->addr, sizeof(w->addr))) {
-		w->err = errno;
 		goto out;
 	}
+	__atomic_store_n(&w->sock, s, __ATOMIC_RELAXED);
+	pthread_barrier_wait(&start_line);
+	set_phase(w, PH_CONNECT);
+	if (connect(s, (struct sockaddr *)&w->addr, sizeof(w->addr))) {
+		w->err = errno;
+		goto fail;
+	}
+	set_phase(w, PH_SEND);
 	while (left) {
 		size_t len = left < NET_CHUNK ? left : NET_CHUNK;
-		ssize_t n = write(s, chunk, len);
 
+		n = write(s, chunk, len);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
 			w->err = n < 0 ? errno : EIO;
-			goto out;
+			goto fail;
 		}
 		left -= n;
+		store64(&w->sent, w->bytes - left);
 	}
 	shutdown(s, SHUT_WR);
+	set_phase(w, PH_WAIT_CLOSE);
 	/* The receiver closes once it has read everything. */
-	while (read(s, sink, sizeof(sink)) > 0)
-		;
+	while ((n = read(s, sink, sizeof(sink))) != 0) {
+		if (n < 0 && errno != EINTR) {
+			w->err = errno;
+			goto fail;
+		}
+	}
+	set_phase(w, PH_DONE);
 	w->ops = w->bytes;
 	w->done_ms = now_ms();
+	goto out;
+fail:
+	if (stalled(w->err))
+		tcp_state(w, "no progress for " XSTR(STALL_S) " s");
+	else
+		tcp_state(w, strerror(w->err));
 out:
-	close(s);
+	__atomic_store_n(&w->sock, -1, __ATOMIC_RELAXED);
+	if (s >= 0)
+		close(s);
+	worker_finished();
 	return NULL;
 }
 
-static int run(struct worker *w, int n, void *(*fn)(void *))
+/*
+ * Runs n workers and waits for them until limit_ms (CLOCK_MONOTONIC). A
+ * worker still running then is stuck (a request the device never
+ * completes, a stream without progress): report (one call per worker) and
+ * exit with status 3, without waiting for the stuck threads.
+ */
+static int run(struct worker *w, int n, void *(*fn)(void *), uint64_t limit_ms,
+	       void (*report)(const struct worker *))
 {
-	int i, err = 0;
+	pthread_condattr_t attr;
+	struct timespec until = { .tv_sec = limit_ms / 1000,
+				  .tv_nsec = (limit_ms % 1000) * 1000000 };
+	int i, err = 0, done;
 
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&finished_cv, &attr);
 	pthread_barrier_init(&start_line, NULL, n + 1);
 	for (i = 0; i < n; i++) {
+		w[i].sock = -1;
 		if (pthread_create(&w[i].thread, NULL, fn, &w[i])) {
 			fprintf(stderr, "devbench: pthread_create failed\n");
 			exit(1);
@@ -182,12 +297,40 @@ static int run(struct worker *w, int n, void *(*fn)(void *))
 	}
 	start_ms = now_ms();
 	pthread_barrier_wait(&start_line);
+	pthread_mutex_lock(&finished_lock);
+	while (finished < n) {
+		if (pthread_cond_timedwait(&finished_cv, &finished_lock, &until) == ETIMEDOUT)
+			break;
+	}
+	done = finished;
+	pthread_mutex_unlock(&finished_lock);
+	if (done < n) {
+		fprintf(stderr, "devbench: %d of %d threads still running %llu ms after the start\n",
+			n - done, n, (unsigned long long)(now_ms() - start_ms));
+		for (i = 0; i < n; i++)
+			report(&w[i]);
+		fflush(stderr);
+		_exit(3);
+	}
 	for (i = 0; i < n; i++) {
 		pthread_join(w[i].thread, NULL);
 		if (w[i].err && !err)
 			err = w[i].err;
 	}
 	return err;
+}
+
+static void disk_report(const struct worker *w)
+{
+	fprintf(stderr, "devbench: disk thread %d: %llu requests done, the last one issued at block %llu (byte %llu)\n",
+		w->index, (unsigned long long)load64(&w->ops),
+		(unsigned long long)load64(&w->cur_block),
+		(unsigned long long)load64(&w->cur_block) * BLOCK);
+}
+
+static void tcp_report(const struct worker *w)
+{
+	tcp_state(w, "overall limit reached");
 }
 
 static int threads_arg(const char *s)
@@ -246,7 +389,7 @@ static int disk(int argc, char **argv)
 		w[i].blocks = w[i].random ? blocks : blocks / n;
 	}
 	deadline_ms = now_ms() + (uint64_t)seconds * 1000;
-	err = run(w, n, disk_worker);
+	err = run(w, n, disk_worker, deadline_ms + STALL_S * 1000, disk_report);
 	if (err) {
 		fprintf(stderr, "devbench: %s: %s\n", mode, strerror(err));
 		return 1;
@@ -263,17 +406,18 @@ static int tcp(int argc, char **argv)
 {
 	static struct worker w[MAX_THREADS];
 	uint64_t bytes, end = 0, total = 0;
-	int port, n, i, err;
+	int port, n, i, err, limit;
 
-	if (argc != 6) {
-		fprintf(stderr, "usage: devbench tcp IP PORT BYTES STREAMS\n");
+	if (argc != 6 && argc != 7) {
+		fprintf(stderr, "usage: devbench tcp IP PORT BYTES STREAMS [LIMIT]\n");
 		return 2;
 	}
 	port = atoi(argv[3]);
 	bytes = strtoull(argv[4], NULL, 0);
 	n = threads_arg(argv[5]);
-	if (port < 1 || port + n > 65536 || !bytes) {
-		fprintf(stderr, "devbench: bad port or byte count\n");
+	limit = argc == 7 ? atoi(argv[6]) : TCP_LIMIT_S;
+	if (port < 1 || port + n > 65536 || !bytes || limit < 1) {
+		fprintf(stderr, "devbench: bad port, byte count or limit\n");
 		return 2;
 	}
 	for (i = 0; i < n; i++) {
@@ -286,7 +430,7 @@ static int tcp(int argc, char **argv)
 			return 2;
 		}
 	}
-	err = run(w, n, tcp_worker);
+	err = run(w, n, tcp_worker, now_ms() + (uint64_t)limit * 1000, tcp_report);
 	if (err) {
 		fprintf(stderr, "devbench: tcp: %s\n", strerror(err));
 		return 1;
@@ -308,6 +452,6 @@ int main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "tcp"))
 		return tcp(argc, argv);
 	fprintf(stderr, "usage: devbench disk DEV MODE SECONDS THREADS | "
-			"devbench tcp IP PORT BYTES STREAMS\n");
+			"devbench tcp IP PORT BYTES STREAMS [LIMIT]\n");
 	return 2;
 }
