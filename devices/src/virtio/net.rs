@@ -10,10 +10,11 @@
 //! descriptors are detached so the kernel steers no flow to them.
 //!
 //! Features: `VIRTIO_F_VERSION_1`, `VIRTIO_NET_F_MAC` (and `_MTU` when an
-//! MTU is configured); no offloads, so every frame is a plain Ethernet
-//! frame behind the 12-byte header, which the TAP speaks too
-//! (see [`super::tap`]). The device thread moves frames with non-blocking
-//! reads and writes:
+//! MTU is configured), checksum and TSO offloads both ways (see
+//! [`offload`]). Every frame sits behind the 12-byte header, which the TAP
+//! speaks too (see [`super::tap`]), so offloaded frames pass through with
+//! the header the other side wrote, less what was not negotiated. The
+//! device thread moves frames with non-blocking reads and writes:
 //!
 //! * RX: a frame is read from the TAP and put in the next receive buffer.
 //!   When the guest has no buffer left, the frame is kept, the TAP is taken
@@ -21,7 +22,7 @@
 //!   the next RX queue notification. A frame larger than the buffer is
 //!   dropped and counted; the buffer is kept for the next frame.
 //! * TX: each chain (device-readable only) is written to the TAP as one
-//!   frame, header flags cleared since no offload was negotiated.
+//!   frame, with the header fields no offload feature allows cleared.
 //!
 //! Chains come from the guest: wrong direction, bad lengths or buffers
 //! outside RAM are returned unused, counted, and the first is logged.
@@ -55,8 +56,6 @@ const ETH_HLEN: usize = 14;
 /// Largest frame (header included) either way: a 64 KiB IP packet with an
 /// Ethernet and a VLAN header.
 pub const MAX_PACKET: usize = VNET_HDR_LEN + 65535 + ETH_HLEN + 4;
-/// Bytes of the header the device clears: everything but `num_buffers`.
-const HDR_FLAGS_LEN: usize = 10;
 
 const RX_QUEUE: usize = 0;
 const TX_QUEUE: usize = 1;
@@ -68,6 +67,8 @@ const CTRL_TOKEN: u64 = 3;
 pub const MAX_QUEUE_PAIRS: usize = 64;
 
 mod ctrl;
+mod offload;
+use offload::Offloads;
 
 /// What the device has done, for `vm.counters`.
 #[derive(Debug, Default)]
@@ -215,7 +216,7 @@ impl VirtioDevice for Net {
     }
 
     fn features(&self) -> u64 {
-        let mut f = (1u64 << VIRTIO_F_VERSION_1) | (1u64 << VIRTIO_NET_F_MAC);
+        let mut f = (1u64 << VIRTIO_F_VERSION_1) | (1u64 << VIRTIO_NET_F_MAC) | offload::OFFERED;
         if self.options.mtu.is_some() {
             f |= 1u64 << VIRTIO_NET_F_MTU;
         }
@@ -309,6 +310,12 @@ impl Net {
         } else {
             1
         };
+        let offloads = Offloads::from_features(features);
+        if let Err(e) = self.taps.set_offload(offloads.tun_flags()) {
+            // The TAP then hands over plain frames, which the guest takes
+            // whatever it negotiated.
+            warn!("net: TUNSETOFFLOAD {:#x}: {e}", offloads.tun_flags());
+        }
         let mut servers: Vec<Box<dyn EventHandler>> = Vec::new();
         for pair in 0..pairs {
             let rx = by_index[2 * pair].take();
@@ -333,6 +340,7 @@ impl Net {
             );
             // Below MAX_QUEUE_PAIRS.
             server.pair = pair as u16;
+            server.offloads = offloads;
             if pair == 0 {
                 server.ctrl = ctrl.take();
                 server.taps = Some(self.taps.clone());
@@ -360,6 +368,8 @@ struct Server {
     tx_evt: EventFd,
     tap: Arc<File>,
     metrics: Arc<NetMetrics>,
+    /// Which header fields pass each way.
+    offloads: Offloads,
     /// A frame read from the TAP and not yet delivered, and its length.
     rx_frame: Vec<u8>,
     rx_pending: Option<usize>,
@@ -450,6 +460,7 @@ impl Server {
             tx_evt: tx.event,
             tap,
             metrics,
+            offloads: Offloads::default(),
             rx_frame: vec![0u8; MAX_PACKET],
             rx_pending: None,
             tap_armed: true,
@@ -615,9 +626,7 @@ impl Server {
 
     /// Copies the pending frame into `b`; returns the used length.
     fn deliver(&mut self, b: &ChainBuffers, len: usize) -> u32 {
-        // No offloads were negotiated: no flags, no GSO; one buffer.
-        self.rx_frame[..HDR_FLAGS_LEN].fill(0);
-        self.rx_frame[HDR_FLAGS_LEN..VNET_HDR_LEN].copy_from_slice(&1u16.to_le_bytes());
+        self.offloads.fill_rx(&mut self.rx_frame[..len]);
         if b.write_at(&self.mem, 0, &self.rx_frame[..len]).is_err() {
             self.count_bad("receive buffer outside guest memory");
             return 0;
@@ -665,8 +674,8 @@ impl Server {
             self.count_bad("transmit buffer outside guest memory");
             return;
         }
-        // Offload requests the device never offered must not reach the TAP.
-        self.tx_frame[..HDR_FLAGS_LEN].fill(0);
+        // Offload requests the driver did not negotiate must not reach the TAP.
+        self.offloads.filter_tx(&mut self.tx_frame[..len]);
         match (&*self.tap).write(&self.tx_frame[..len]) {
             Ok(_) => {
                 self.metrics.tx_frames.fetch_add(1, Ordering::Relaxed);

@@ -3,9 +3,9 @@
 //! The TAP carries a 12-byte virtio-net header in front of every frame
 //! (`IFF_VNET_HDR`, `TUNSETVNETHDRSZ`), the same header a virtio 1.x guest
 //! uses, so frames pass between the queues and the TAP without
-//! reformatting. No offloads are enabled (`TUNSETOFFLOAD 0`): the host
-//! sends whole, checksummed frames, which is all a guest that negotiated no
-//! offload features can take. The host side of the link is configured as
+//! reformatting. A TAP opens with no offloads (`TUNSETOFFLOAD 0`: whole,
+//! checksummed frames, which any guest takes); the NIC turns on what its
+//! driver negotiated ([`TapQueues::set_offload`]). The host side of the link is configured as
 //! Cloud Hypervisor does it: address, netmask, MAC, MTU and `IFF_UP`
 //! through ioctls on an `AF_INET` socket.
 //!
@@ -250,6 +250,23 @@ impl TapQueues {
     /// Queue `i`'s descriptor.
     pub fn file(&self, i: usize) -> Option<Arc<File>> {
         self.files.get(i).cloned()
+    }
+
+    /// Tells every descriptor which offloads the guest takes
+    /// (`TUNSETOFFLOAD` flags: partial checksums, TSO), i.e. what the TAP
+    /// may hand over in the header in front of each frame.
+    pub fn set_offload(&self, flags: u32) -> io::Result<()> {
+        for f in &self.files {
+            // SAFETY: TUNSETOFFLOAD takes the offload flags as an integer.
+            unsafe {
+                ioctl(
+                    f.as_raw_fd(),
+                    libc::TUNSETOFFLOAD as _,
+                    libc::c_ulong::from(flags),
+                )
+            }?;
+        }
+        Ok(())
     }
 
     /// How many queues are attached.

@@ -338,6 +338,7 @@ fn device_config_space_and_features() {
     for bit in [VIRTIO_F_VERSION_1, VIRTIO_NET_F_MAC, VIRTIO_NET_F_MTU] {
         assert_ne!(f & (1 << bit), 0, "feature {bit}");
     }
+    assert_eq!(f & offload::OFFERED, offload::OFFERED, "offloads offered");
     assert_eq!(n.queue_max_sizes(), vec![256, 256]);
 }
 
@@ -426,3 +427,24 @@ mod fuzz {
 }
 
 mod multiqueue;
+
+#[test]
+fn negotiated_offloads_pass_the_header_both_ways() {
+    let mut r = rig();
+    r.server.offloads = Offloads::from_features(offload::OFFERED);
+    // TX: a TSO frame's header (NEEDS_CSUM, GSO_TCPV4) reaches the TAP.
+    let f = frame(0x42, 100);
+    r.m.write_slice(&f, GuestAddress(BUF)).unwrap();
+    add_chain(&r.m, TXQ, 0, &[(BUF, 100, R)]);
+    r.server.process_tx();
+    let mut got = [0u8; 200];
+    assert_eq!(r.host.recv(&mut got).unwrap(), 100);
+    assert_eq!(&got[..12], &f[..12], "the negotiated header was changed");
+    // RX: the TAP's header reaches the guest, num_buffers set to one.
+    r.host.send(&frame(0x17, 98)).unwrap();
+    add_chain(&r.m, RXQ, 0, &[(BUF, 1526, W)]);
+    r.server.process_rx(&r.epoll);
+    let mut hdr = [0u8; 12];
+    r.m.read_slice(&mut hdr, GuestAddress(BUF)).unwrap();
+    assert_eq!(hdr, [1, 4, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0]);
+}
