@@ -191,6 +191,9 @@ struct tier_pfn_span {
 	unsigned long start, end;
 };
 extern struct tier_pfn_span tier_fast_span;
+/* keeps tier_fast_span right across memory hotplug (virtio-mem) */
+int tier_memory_watch(void);
+void tier_memory_unwatch(void);
 
 u64 tier_abit_pass(struct tier_target *t, struct mm_struct *mm, bool record,
 		   bool clear, const struct tier_pfn_span *fast, u64 *present);

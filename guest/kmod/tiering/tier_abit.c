@@ -117,16 +117,18 @@ static bool tier_clear_young(unsigned long *entry, unsigned long old,
 
 /*
  * Is @pfn on the fast node?  A compare against the node's PFN span when
- * no other node's span overlaps it (tier_core.c checks at load; always
- * so in a VM): reading every mapped page's struct page for its node made
+ * no other node's span overlaps it (tier_core.c checks at load and at
+ * each memory hotplug; usually so in a VM): reading every mapped page's struct page for its node made
  * the walk several times slower (measured under TCG).
  */
 static bool tier_on_fast(unsigned long pfn, const struct tier_pfn_span *f)
 {
 	if (f->nid == NUMA_NO_NODE)
 		return false;
-	if (f->exact)
-		return pfn >= f->start && pfn < f->end;
+	if (READ_ONCE(f->exact)) {
+		smp_rmb();	/* the span written before exact was set */
+		return pfn >= READ_ONCE(f->start) && pfn < READ_ONCE(f->end);
+	}
 	return pfn_valid(pfn) && page_to_nid(pfn_to_page(pfn)) == f->nid;
 }
 

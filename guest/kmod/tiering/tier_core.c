@@ -19,6 +19,7 @@
 #include <linux/sched/signal.h>
 #include <linux/sched/task.h>
 #include <linux/slab.h>
+#include <linux/memory.h>
 #include <linux/mm.h>
 #include <linux/mmap_lock.h>
 #include <linux/mmzone.h>
@@ -87,22 +88,58 @@ u64 tier_fmem_capacity_pages(void)
 
 struct tier_pfn_span tier_fast_span = { .nid = NUMA_NO_NODE };
 
-/* The FMem node's PFN span, and whether a PFN compare alone is exact. */
-static void tier_fast_span_init(void)
+/*
+ * The FMem node's PFN span, and whether a PFN compare alone is exact.
+ * Recomputed when memory goes online or offline (virtio-mem grows and
+ * shrinks a tier): a block plugged into FMem above its boot span was
+ * otherwise counted as SMem.  Walks read the span without a lock, so
+ * @exact drops first and rises last: a walk that sees it set finds a
+ * span that is whole, else it asks each page's node (tier_on_fast()).
+ */
+static void tier_fast_span_update(void)
 {
 	struct tier_pfn_span *f = &tier_fast_span;
+	unsigned long start, end;
+	bool exact = true;
 	int nid;
 
 	f->nid = tier_fmem_node;
 	if (f->nid == NUMA_NO_NODE)
 		return;
-	f->start = node_start_pfn(f->nid);
-	f->end = node_end_pfn(f->nid);
-	f->exact = true;
+	WRITE_ONCE(f->exact, false);
+	smp_wmb();
+	start = node_start_pfn(f->nid);
+	end = node_end_pfn(f->nid);
 	for_each_node_state(nid, N_MEMORY)
-		if (nid != f->nid && node_start_pfn(nid) < f->end &&
-		    node_end_pfn(nid) > f->start)
-			f->exact = false;
+		if (nid != f->nid && node_start_pfn(nid) < end &&
+		    node_end_pfn(nid) > start)
+			exact = false;
+	WRITE_ONCE(f->start, start);
+	WRITE_ONCE(f->end, end);
+	smp_wmb();
+	WRITE_ONCE(f->exact, exact);
+}
+
+static int tier_memory_event(struct notifier_block *nb, unsigned long action,
+			     void *arg)
+{
+	if (action == MEM_ONLINE || action == MEM_OFFLINE)
+		tier_fast_span_update();
+	return NOTIFY_OK;
+}
+
+static struct notifier_block tier_memory_nb = {
+	.notifier_call = tier_memory_event,
+};
+
+int tier_memory_watch(void)
+{
+	return register_memory_notifier(&tier_memory_nb);
+}
+
+void tier_memory_unwatch(void)
+{
+	unregister_memory_notifier(&tier_memory_nb);
 }
 
 /* FMem / SMem: the rule demeter_balloon uses too (tier_pick_nodes()). */
@@ -123,7 +160,7 @@ int tier_detect_nodes(void)
 	}
 	tier_pick_nodes(nodes, nr, &tier_fmem_node, &tier_smem_node);
 	kfree(nodes);
-	tier_fast_span_init();
+	tier_fast_span_update();
 	return 0;
 }
 

@@ -174,9 +174,14 @@ static int __init tier_init(void)
 		return -ENODEV;
 	}
 
+	ret = tier_memory_watch();
+	if (ret)
+		return ret;
 	tier_root = kobject_create_and_add("tiering", kernel_kobj);
-	if (!tier_root)
-		return -ENOMEM;
+	if (!tier_root) {
+		ret = -ENOMEM;
+		goto err_watch;
+	}
 	ret = sysfs_create_group(tier_root, &tier_root_group);
 	if (ret)
 		goto err_root;
@@ -206,6 +211,8 @@ err_targets:
 	kobject_put(tier_targets_kobj);
 err_root:
 	kobject_put(tier_root);
+err_watch:
+	tier_memory_unwatch();
 	return ret;
 }
 
@@ -213,6 +220,7 @@ static void __exit tier_exit(void)
 {
 	u32 i;
 
+	tier_memory_unwatch();
 	/* From here on no sysfs write can start a target or add a slot. */
 	mutex_lock(&tier_lock);
 	tier_exiting = true;

@@ -2,6 +2,7 @@
 /*
  * Guest tiered-memory manager: sysfs (/sys/kernel/tiering, DAMON-style):
  *   sampler  pebs  auto_cgroup  fmem_node  smem_node  fmem_capacity_pages
+ *   fmem_pfn_span
  *   stats
  *   targets/nr_targets
  *   targets/<i>/{pid,state,source,sample_rate,stats,relocated}
@@ -403,6 +404,15 @@ static ssize_t fmem_capacity_pages_show(struct kobject *k,
 	return sysfs_emit(buf, "%llu\n", tier_fmem_capacity_pages());
 }
 
+/* "start end exact": the PFNs counted as FMem (follows memory hotplug) */
+static ssize_t fmem_pfn_span_show(struct kobject *k, struct kobj_attribute *a,
+				  char *buf)
+{
+	return sysfs_emit(buf, "%lu %lu %d\n", READ_ONCE(tier_fast_span.start),
+			  READ_ONCE(tier_fast_span.end),
+			  READ_ONCE(tier_fast_span.exact));
+}
+
 static ssize_t global_stats_show(struct kobject *k, struct kobj_attribute *a,
 				 char *buf)
 {
@@ -448,6 +458,7 @@ static struct kobj_attribute tier_attr_fmem_node = __ATTR_RO(fmem_node);
 static struct kobj_attribute tier_attr_smem_node = __ATTR_RO(smem_node);
 static struct kobj_attribute tier_attr_fmem_capacity_pages =
 	__ATTR_RO(fmem_capacity_pages);
+static struct kobj_attribute tier_attr_fmem_pfn_span = __ATTR_RO(fmem_pfn_span);
 static struct kobj_attribute tier_attr_gstats =
 	__ATTR(stats, 0444, global_stats_show, NULL);
 
@@ -455,7 +466,8 @@ static struct attribute *tier_root_attrs[] = {
 	&tier_attr_sampler.attr, &tier_attr_pebs.attr,
 	&tier_attr_auto_cgroup.attr,
 	&tier_attr_fmem_node.attr, &tier_attr_smem_node.attr,
-	&tier_attr_fmem_capacity_pages.attr, &tier_attr_gstats.attr, NULL,
+	&tier_attr_fmem_capacity_pages.attr, &tier_attr_fmem_pfn_span.attr,
+	&tier_attr_gstats.attr, NULL,
 };
 
 const struct attribute_group tier_root_group = {

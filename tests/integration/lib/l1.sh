@@ -25,6 +25,10 @@
 #   tb_l2_marker_rc             rc from "@@TB-L2 END <scenario> rc=N"
 #   tb_pid_alive PID
 #   tb_numa_maps_summary PID    "start size policy N0=.. N1=.." per mapping
+#   tb_l1_abit_tlb_flush        tiering.ko's abit_tlb_flush for an L2 of this
+#                               L1: 2 with nested paging (NPT/EPT), 1 on
+#                               shadow paging (L1's KVM re-reads a guest page
+#                               table's accessed bits only when it flushes)
 #
 # L2-side handshake (see lib/l2.sh): the guest prints
 #   "@@TB-L2 READY <scenario>" when it has finished its checks and holds
@@ -160,6 +164,13 @@ tb_numa_maps_summary() {
             print $1, (($1 in size) ? size[$1] : "?"), $2 nodes
         }' "$TB_OUT/.maps-sizes.$$" "/proc/$1/numa_maps"
     rm -f "$TB_OUT/.maps-sizes.$$"
+}
+
+tb_l1_abit_tlb_flush() {
+    case $(cat /sys/module/kvm_amd/parameters/npt /sys/module/kvm_intel/parameters/ept 2>/dev/null | head -n 1) in
+    Y | 1) echo 2 ;;
+    *) echo 1 ;;
+    esac
 }
 
 tb_vmm_diag() {

@@ -5,10 +5,27 @@
 # guest's /sys/devices/system/node/nodeN/meminfo shows the node change by
 # what was asked (and the other node not), and the VMM's numa_maps show
 # every page of a zone's mappings (its hotplug region included) on the
-# zone's host node. At one step the SMem balloon holds memory of the zone
-# while it shrinks. Bad requests (beyond hotplug_size, below the boot size,
-# an unknown zone) are refused. VM 1 on virtio-mmio, VM 2 on virtio-pci (the
-# default).
+# zone's host node. Bad requests (beyond hotplug_size, below the boot size,
+# an unknown zone) are refused.
+# VM 1 (--virtio-transport mmio): the SMem balloon holds 32 MiB of the zone
+# at one step (deflated before that step's shrink unless
+# TB_RZ_UNDER_BALLOON=1, see below).
+# VM 2 (virtio-pci, the default; SMem has 128 MiB plugged at boot by
+# hotplugged_size): SMem +128, FMem +128, SMem -256 (below the boot plug),
+# FMem -128 MiB while tiering.ko and the tiering-agent manage a
+# gups-hotset target (128 MiB first touched on SMem: it fills the
+# boot-plugged block, which the SMem shrink then migrates under it) and
+# the double balloon holds 32 MiB of each tier (its SMem pages outside the
+# plugged blocks: checked); each step is measured after the workload ran
+# 5 s more. At every step, besides node MemTotal and numa_maps: the
+# workload made progress (each of its per-second ticks since the previous
+# step had updates); tiering.ko's fmem_capacity_pages is less the FMem
+# balloon, stays put when SMem grows (+- 1024), grows by the plugged FMem
+# (32768 pages +- 2048) and falls back after the FMem shrink (+- 1024). At the end the
+# workload, the agent and the module's worker are alive, the target still
+# running, the agent stops with its totals and no error line, no
+# BUG:/Oops/WARNING: in dmesg, and tiering.ko unloads; balloon deflated,
+# the nodes are back at their boot sizes less the boot plug.
 # shellcheck source=../../lib/common.sh
 . "$TB_LIB/common.sh"
 # shellcheck source=../../lib/l1.sh
@@ -22,13 +39,15 @@ MIB=1048576
 trap 'tb_vmm_stop' EXIT
 
 abs() { if [ "$1" -lt 0 ]; then echo $((-$1)); else echo "$1"; fi; }
-near() { # NAME EXPECTED_KB GOT_KB TOLERANCE_KB
-    if [ "$(abs $(($3 - $2)))" -le "$4" ]; then
-        tb_pass "$1" "expected ${2} kB, got ${3} kB"
+near() { # NAME EXPECTED GOT TOLERANCE [UNIT, default kB]
+    if _tb_is_int "$3" && [ "$(abs $(($3 - $2)))" -le "$4" ]; then
+        tb_pass "$1" "expected ${2} ${5:-kB}, got ${3} ${5:-kB}"
     else
-        tb_fail "$1" "expected ${2} kB +- ${4}, got ${3} kB"
+        tb_fail "$1" "expected ${2} ${5:-kB} +- ${4}, got ${3} ${5:-kB}"
     fi
 }
+fld() { echo "$1" | sed -n "s/.* $2=\([^ ]*\).*/\1/p"; } # LINE KEY: a key=value of a guest answer
+int_or_null() { if _tb_is_int "$1"; then echo "$1"; else echo null; fi; }
 
 # counter ZONE KEY: a counter of the zone's virtio-mem device (vm.counters)
 counter() {
@@ -37,18 +56,22 @@ counter() {
 }
 plugged_is() { [ "$(counter "$1" plugged_size)" = "$2" ] || ! tb_vmm_alive; }
 
-# gm TAG: the guest's node figures; sets T0 T1 (MemTotal kB), F0 F1, BS, C1
+# gm TAG: the guest's node figures; sets T0 T1 (MemTotal kB), F0 F1, BS,
+# C1, BF, CAP (tiering.ko's FMem capacity, pages), FEND (the end of the
+# PFN span it counts as FMem), GT GZ GMIN GHOT MV
+# (the workload's ticks since the previous gm, the agent's moves) and Z1
+# (node 1's ZONE_MOVABLE: present/managed/free pages); see l2.sh
 gm() {
     if ! _l=$(tb_vmm_ask "m $1" "@@RZ M $1 "); then
         tb_fail "measure-$1" "no answer from the guest"
-        T0=0 T1=0 F0=0 F1=0 BS=0 C1=?
+        T0=0 T1=0 F0=0 F1=0 BS=0 C1=? BF=0 CAP=- FEND=- GT=- GZ=- GMIN=- GHOT=- MV=- Z1=-
         return 1
     fi
-    for _k in t0 t1 f0 f1 bs c1; do
+    for _k in t0 t1 f0 f1 bs c1 bf cap fend gt gz gmin ghot mv z1; do
         _v=$(echo "$_l" | sed -n "s/.* $_k=\([^ ]*\).*/\1/p")
         eval "$(echo "$_k" | tr a-z A-Z)=\$_v"
     done
-    tb_log "guest $1: MemTotal node0 ${T0} kB node1 ${T1} kB, free ${F0} / ${F1} kB, SMem balloon ${BS} pages"
+    tb_log "guest $1: MemTotal node0 ${T0} kB node1 ${T1} kB, free ${F0} / ${F1} kB, balloon ${BF} / ${BS} pages, FMem capacity ${CAP} pages, workload ${GT} ticks (${GZ} idle, lowest ${GMIN} Mupdates/s, hot set ${GHOT} % in FMem), agent moved ${MV}"
 }
 
 # resize NAME ZONE TOTAL_MIB PLUGGED_MIB: resize-zone, then wait (bounded)
@@ -247,6 +270,31 @@ else
 fi
 
 # ------------------------------------------------------------- VM 2 --
+# Every resize step under load: tiering.ko and the tiering-agent manage a
+# gups-hotset target (first touched on SMem, so the agent has hot pages to
+# promote) and the double balloon holds BAL_MIB of each tier, from before
+# the first step to after the last. The balloon inflates after the
+# workload filled the boot-plugged SMem block and before the steps plug
+# anything new, so its pages are outside every block the steps unplug
+# (migrating balloon pages during an unplug is the step that froze the
+# nested L1, see VM 1); the workload's pages are inside the boot block,
+# and the guest's unplug migrates those.
+BAL_MIB=32
+BAL_PAGES=$((BAL_MIB * 256))
+PLUG_PAGES=$((128 * 256))
+# dwell TAG: let the workload and the manager run DWELL_TICKS seconds
+# more before the step's measurement (bounded by the guest: 30 s)
+DWELL_TICKS=5
+dwell() { tb_vmm_ask "ticks $1 $DWELL_TICKS" "@@RZ TICKS $1 " 45 >/dev/null || tb_fail "$1-dwell" "no answer from the guest"; }
+# progress TAG: the workload ran through the step: ticks, none idle
+progress() {
+    tb_fact_str "${1}_gups" "ticks $GT idle $GZ lowest $GMIN Mupdates/s, hot set in FMem $GHOT %, agent moved $MV"
+    if [ "$GT" -ge 1 ] 2>/dev/null && [ "$GZ" = 0 ]; then
+        tb_pass "$1-workload-progress" "$GT ticks, none without updates, lowest $GMIN Mupdates/s"
+    else
+        tb_fail "$1-workload-progress" "$GT ticks, $GZ without updates, lowest $GMIN Mupdates/s"
+    fi
+}
 if boot_vm pci --virtio-transport pci \
     --memory-zone id=fmem,size=512M,host_numa_node=0,hotplug_size=128M \
     id=smem,size=512M,host_numa_node=1,shared=on,hotplug_size=256M,hotplugged_size=128M; then
@@ -254,17 +302,147 @@ if boot_vm pci --virtio-transport pci \
     tb_wait_until 120 plugged_is smem $((128 * MIB))
     tb_check_eq p-boot-plugged $((128 * MIB)) "$(counter smem plugged_size)"
     gm p0
-    p0=$T1
-    resize p-smem-grow smem 768 256
+    p0_0=$T0 p0_1=$T1
+
+    # The manager and its workload, then the double balloon.
+    cap0=-
+    if ans=$(tb_vmm_ask "tier start $(tb_l1_abit_tlb_flush)" '@@RZ TIER STARTED' 240); then
+        tb_check_eq p-tier-started 1 "$(fld "$ans" ok)"
+        cap0=$(fld "$ans" cap)
+        tb_fact fmem_capacity_pages_p0 "$(int_or_null "$cap0")"
+    else
+        tb_fail p-tier-started "no answer from the guest"
+    fi
+    if tb_chr resize --balloon "[${BAL_MIB}M,${BAL_MIB}M]" >"$TB_OUT/p-balloon.out" 2>&1 &&
+        tb_wait_until 180 tb_balloon_actual_is $((BAL_MIB * MIB)) $((BAL_MIB * MIB)); then
+        tb_pass p-balloon-holds-both-tiers "[${BAL_MIB}M,${BAL_MIB}M]"
+    else
+        tb_fail p-balloon-holds-both-tiers "$(head -c 200 "$TB_OUT/p-balloon.out") actual $(tb_balloon_field fmem actual) / $(tb_balloon_field smem actual)"
+    fi
+    dwell p1
     gm p1
-    near p-node1-grows-128MiB $((p0 + 128 * 1024)) "$T1" $((12 * 1024))
-    resize p-smem-shrink smem 512 0
+    progress p1
+    q0=$T0 q1=$T1 cap1=0
+    _tb_is_int "$CAP" && cap1=$CAP
+    tb_fact fmem_capacity_pages_p1 "$(int_or_null "$CAP")"
+    tb_check_ge p1-fmem-capacity-positive "$CAP" 1
+    # the FMem balloon's pages are out of the capacity
+    if _tb_is_int "$cap0"; then
+        near p1-fmem-capacity-less-balloon $((cap0 - BAL_PAGES)) "$CAP" 1024 pages
+    else
+        tb_fail p1-fmem-capacity-less-balloon "no capacity before the balloon ('$cap0')"
+    fi
+    # The workload filled the boot-plugged SMem block (ZONE_MOVABLE comes
+    # first for its pages), so the balloon's SMem pages went elsewhere and
+    # the SMem shrink below the boot plug (p4) migrates the workload's
+    # pages while it runs. A zone's balloon pages are out of its managed
+    # count: present - managed.
+    z1_present=${Z1%%/*} z1_rest=${Z1#*/}
+    z1_managed=${z1_rest%%/*} z1_free=${z1_rest#*/}
+    if _tb_is_int "$z1_present" && _tb_is_int "$z1_managed" && _tb_is_int "$z1_free"; then
+        bal_in_plug=$((z1_present - z1_managed))
+        tb_fact_str p1_node1_movable_present_managed_free "$Z1"
+        tb_check_ge p1-workload-in-plugged-smem $((z1_managed - z1_free)) $((PLUG_PAGES / 2))
+    else
+        bal_in_plug=unknown
+        tb_fail p1-workload-in-plugged-smem "node 1 has no ZONE_MOVABLE ('$Z1')"
+    fi
+    # Migrating balloon pages in an unplug froze the L1 (VM 1); a few
+    # (the zone's watermark slack) are accepted, more and p4 spares the
+    # boot block.
+    tb_check_le p1-smem-balloon-outside-plugged-memory "$bal_in_plug" 256
+    shrink_boot_block=0
+    [ "$bal_in_plug" != unknown ] && [ "$bal_in_plug" -le 256 ] && shrink_boot_block=1
+    host_check p1
+
+    # SMem +128 MiB (256 plugged).
+    resize p-smem-grow smem 768 256
+    dwell p2
     gm p2
-    near p-node1-falls-256MiB $((p0 - 128 * 1024)) "$T1" $((12 * 1024))
+    progress p2
+    near p2-node1-grows-128MiB $((q1 + 128 * 1024)) "$T1" $((12 * 1024))
+    near p2-node0-unchanged "$q0" "$T0" $((4 * 1024))
+    # (the watermarks move a little: +612 and +615 pages in two runs)
+    near p2-fmem-capacity-unchanged "$cap1" "$CAP" 1024 pages
+    cap2=$cap1
+    _tb_is_int "$CAP" && cap2=$CAP
+    fend2=$FEND
+    host_check p2
+
+    # FMem +128 MiB: the manager's capacity grows by the plugged pages.
     resize p-fmem-grow fmem 640 128
+    dwell p3
     gm p3
+    progress p3
+    tb_fact fmem_capacity_pages_p3 "$(int_or_null "$CAP")"
+    near p3-node0-grows-128MiB $((q0 + 128 * 1024)) "$T0" $((12 * 1024))
+    near p3-node1-unchanged $((q1 + 128 * 1024)) "$T1" $((12 * 1024))
+    near p3-fmem-capacity-grows-128MiB $((cap2 + PLUG_PAGES)) "$CAP" 2048 pages
+    # tiering.ko counts the plugged block as FMem (its memory notifier
+    # moved the span's end): pages promoted there are FMem pages
+    if _tb_is_int "$fend2" && _tb_is_int "$FEND"; then
+        tb_check_ge p3-tiering-fmem-span-covers-plug "$FEND" $((fend2 + PLUG_PAGES))
+    else
+        tb_fail p3-tiering-fmem-span-covers-plug "no span: '$fend2' -> '$FEND'"
+    fi
+    host_check p3
+
+    # SMem -256 MiB, below the boot plug: the guest migrates the
+    # workload's pages out of the boot-plugged block while it runs (or,
+    # see p1, -128 MiB: the block plugged at p2 only).
+    if [ "$shrink_boot_block" = 1 ]; then
+        resize p-smem-shrink-below-boot smem 512 0
+        dwell p4
+        gm p4
+        near p4-node1-falls-256MiB $((q1 - 128 * 1024)) "$T1" $((12 * 1024))
+    else
+        resize p-smem-shrink smem 640 128
+        dwell p4
+        gm p4
+        near p4-node1-falls-128MiB "$q1" "$T1" $((12 * 1024))
+    fi
+    progress p4
+    host_check p4
+
+    # FMem -128 MiB: the capacity falls back.
+    resize p-fmem-shrink fmem 512 0
+    dwell p5
+    gm p5
+    progress p5
+    tb_fact fmem_capacity_pages_p5 "$(int_or_null "$CAP")"
+    near p5-node0-falls-128MiB "$q0" "$T0" $((12 * 1024))
+    near p5-fmem-capacity-falls-back "$cap2" "$CAP" 1024 pages
+    tb_check_eq p5-balloon-still-held "$BAL_PAGES $BAL_PAGES" "$BF $BS"
+    host_check p5
+
+    # The manager ran through every step: alive, no error, no oops.
+    if ans=$(tb_vmm_ask "tier stop" '@@RZ TIER STOPPED' 120); then
+        tb_log "$ans"
+        tb_fact_str tier_stop "${ans#*STOPPED }"
+        tb_check_eq p-tier-alive-at-end "gups=1 agent=1 worker=1 target=running" \
+            "gups=$(fld "$ans" gups) agent=$(fld "$ans" agent) worker=$(fld "$ans" worker) target=$(fld "$ans" target)"
+        tb_check_eq p-tier-agent-done-no-errors "1 0" "$(fld "$ans" agent_done) $(fld "$ans" agent_errors)"
+        tb_check_ge p-tier-agent-rounds "$(fld "$ans" rounds)" 1
+        tb_check_ge p-tier-target-samples "$(fld "$ans" samples)" 1
+        tb_check_eq p-tier-workload-done 1 "$(fld "$ans" gups_done)"
+        tb_check_eq p-tier-rmmod 1 "$(fld "$ans" rmmod)"
+        tb_check_eq p-tier-no-oops-bug-warning 0 "$(fld "$ans" oops)"
+    else
+        tb_fail p-tier-alive-at-end "no answer from the guest"
+    fi
+    if tb_chr resize --balloon '[0,0]' >/dev/null 2>&1 && tb_wait_until 180 tb_balloon_actual_is 0 0; then
+        tb_pass p-balloon-deflated ok
+    else
+        tb_fail p-balloon-deflated "actual $(tb_balloon_field fmem actual) / $(tb_balloon_field smem actual)"
+    fi
+
+    # Balloon deflated: SMem below its boot plug (p4 did it under load).
+    [ "$shrink_boot_block" = 1 ] || resize p-smem-shrink-all smem 512 0
+    gm p6
+    near p6-node1-below-boot-128MiB $((p0_1 - 128 * 1024)) "$T1" $((12 * 1024))
+    near p6-node0-back "$p0_0" "$T0" $((12 * 1024))
     tb_check_eq p-smem-memory-only none "$C1"
-    host_check p
+    host_check p6
     end_vm pci
 else
     tb_vmm_stop
