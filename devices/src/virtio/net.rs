@@ -311,11 +311,6 @@ impl Net {
             1
         };
         let offloads = Offloads::from_features(features);
-        if let Err(e) = self.taps.set_offload(offloads.tun_flags()) {
-            // The TAP then hands over plain frames, which the guest takes
-            // whatever it negotiated.
-            warn!("net: TUNSETOFFLOAD {:#x}: {e}", offloads.tun_flags());
-        }
         let mut servers: Vec<Box<dyn EventHandler>> = Vec::new();
         for pair in 0..pairs {
             let rx = by_index[2 * pair].take();
@@ -397,6 +392,12 @@ impl EventHandler for Server {
     }
 
     fn start(&mut self, ctx: &mut LoopContext<'_>) {
+        // On the device thread (its seccomp filter allows TUNSETOFFLOAD,
+        // the activating vCPU's does not). On failure the TAP hands over
+        // plain frames, which the guest takes whatever it negotiated.
+        if let Err(e) = super::tap::set_offload(&self.tap, self.offloads.tun_flags()) {
+            warn!("net: TUNSETOFFLOAD {:#x}: {e}", self.offloads.tun_flags());
+        }
         // Section 5.1.6.5.5: one pair until VQ_PAIRS_SET.
         if let Some(taps) = &self.taps {
             if let Err(e) = taps.enable(1) {

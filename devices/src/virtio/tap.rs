@@ -4,8 +4,8 @@
 //! (`IFF_VNET_HDR`, `TUNSETVNETHDRSZ`), the same header a virtio 1.x guest
 //! uses, so frames pass between the queues and the TAP without
 //! reformatting. A TAP opens with no offloads (`TUNSETOFFLOAD 0`: whole,
-//! checksummed frames, which any guest takes); the NIC turns on what its
-//! driver negotiated ([`TapQueues::set_offload`]). The host side of the link is configured as
+//! checksummed frames, which any guest takes); the NIC's device threads
+//! turn on what its driver negotiated ([`set_offload`]). The host side of the link is configured as
 //! Cloud Hypervisor does it: address, netmask, MAC, MTU and `IFF_UP`
 //! through ioctls on an `AF_INET` socket.
 //!
@@ -213,6 +213,21 @@ impl Tap {
     }
 }
 
+/// Tells the TAP behind `file` which offloads the guest takes
+/// (`TUNSETOFFLOAD` flags: partial checksums, TSO), i.e. what it may hand
+/// over in the header in front of each frame. The flags are the TAP
+/// device's, whichever of its queue descriptors sets them.
+pub fn set_offload(file: &File, flags: u32) -> io::Result<()> {
+    // SAFETY: TUNSETOFFLOAD takes the offload flags as an integer.
+    unsafe {
+        ioctl(
+            file.as_raw_fd(),
+            libc::TUNSETOFFLOAD as _,
+            libc::c_ulong::from(flags),
+        )
+    }
+}
+
 /// The descriptors of a (multiqueue) TAP, one per queue pair, and which
 /// of them the kernel may steer frames to. Only the NIC's control path
 /// changes it (`VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET`), never the I/O path.
@@ -250,23 +265,6 @@ impl TapQueues {
     /// Queue `i`'s descriptor.
     pub fn file(&self, i: usize) -> Option<Arc<File>> {
         self.files.get(i).cloned()
-    }
-
-    /// Tells every descriptor which offloads the guest takes
-    /// (`TUNSETOFFLOAD` flags: partial checksums, TSO), i.e. what the TAP
-    /// may hand over in the header in front of each frame.
-    pub fn set_offload(&self, flags: u32) -> io::Result<()> {
-        for f in &self.files {
-            // SAFETY: TUNSETOFFLOAD takes the offload flags as an integer.
-            unsafe {
-                ioctl(
-                    f.as_raw_fd(),
-                    libc::TUNSETOFFLOAD as _,
-                    libc::c_ulong::from(flags),
-                )
-            }?;
-        }
-        Ok(())
     }
 
     /// How many queues are attached.
@@ -395,7 +393,12 @@ mod tests {
         let read = |f: &str| std::fs::read_to_string(format!("{sys}/{f}")).unwrap();
         assert_eq!(read("address").trim(), "12:34:56:78:90:02");
         assert_eq!(read("mtu").trim(), "1400");
-        drop(tap);
+        // The offloads a guest negotiates: checksums and TSO both ways
+        // (TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6), then none again.
+        let file = tap.into_file();
+        set_offload(&file, 0x07).expect("TUNSETOFFLOAD csum+tso");
+        set_offload(&file, 0).expect("TUNSETOFFLOAD none");
+        drop(file);
         assert!(!std::path::Path::new(&sys).exists(), "tap left behind");
     }
 }

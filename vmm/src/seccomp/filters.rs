@@ -285,9 +285,14 @@ fn arg_rules(kind: ThreadKind) -> Result<Vec<(i64, Vec<SeccompRule>)>, seccompil
         }
         Vcpu => rules.push((SYS_ioctl, arg_is_one_of(1, &vcpu_ioctls())?)),
         // A multiqueue NIC attaches and detaches its TAP queues when the
-        // guest changes how many pairs it uses (VQ_PAIRS_SET); its filter
-        // stacks on the spawner's, which must allow that too.
-        Net | Spawner => rules.push((SYS_ioctl, arg_is_one_of(1, &[libc::TUNSETQUEUE])?)),
+        // guest changes how many pairs it uses (VQ_PAIRS_SET), and each
+        // queue's thread sets the offloads the driver negotiated when it
+        // starts; its filter stacks on the spawner's, which must allow
+        // that too.
+        Net | Spawner => rules.push((
+            SYS_ioctl,
+            arg_is_one_of(1, &[libc::TUNSETQUEUE, libc::TUNSETOFFLOAD])?,
+        )),
         _ => {}
     }
     // fcntl: the VMM's VM_BUILD group has it whole; everyone else gets

@@ -138,6 +138,10 @@ fn child_nic_ioctl_filter() {
     // SAFETY: TUNSETQUEUE reads an ifreq (40 bytes) the call outlives.
     let rc = unsafe { libc::ioctl(0, libc::TUNSETQUEUE, ifr.as_mut_ptr()) };
     assert_eq!(rc, -1);
+    // TUNSETOFFLOAD (the negotiated offloads, at the thread's start) too.
+    // SAFETY: TUNSETOFFLOAD takes an integer.
+    let rc = unsafe { libc::ioctl(0, libc::TUNSETOFFLOAD, 0 as libc::c_ulong) };
+    assert_eq!(rc, -1);
     eprintln!("nic-allowed-ok");
     // Any other ioctl is denied: TCGETS.
     // SAFETY: TCGETS into a zeroed termios.
@@ -149,7 +153,7 @@ fn child_nic_ioctl_filter() {
 }
 
 #[test]
-fn a_nic_thread_may_only_issue_tunsetqueue() {
+fn a_nic_thread_may_only_issue_its_tap_ioctls() {
     let stderr = expect_killed(
         "seccomp::tests::child_nic_ioctl_filter",
         &format!("forbidden syscall {}", libc::SYS_ioctl),
@@ -521,8 +525,8 @@ fn roles_lack_what_they_do_not_need() {
     for nr in [SYS_openat, SYS_ioctl, SYS_socket] {
         assert!(!has(ConsoleIo, nr), "console helpers: {nr}");
     }
-    // The spawner's ioctl is TUNSETQUEUE only, for the NIC threads stacked
-    // on it (a_nic_thread_may_only_issue_tunsetqueue).
+    // The spawner's ioctls are TUNSETQUEUE and TUNSETOFFLOAD only, for the NIC threads stacked
+    // on it (a_nic_thread_may_only_issue_its_tap_ioctls).
     for nr in [SYS_openat, SYS_socket] {
         assert!(!has(Spawner, nr), "the spawner: {nr}");
     }
