@@ -298,6 +298,9 @@ fn full_net() -> NetConfig {
         num_queues: 2,
         queue_size: 256,
         id: Some("net0".into()),
+        offload_tso: false,
+        offload_ufo: false,
+        offload_csum: false,
     }
 }
 

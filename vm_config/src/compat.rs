@@ -97,11 +97,6 @@ const NET: &[(&str, Allowed)] = &[
     ("vhost_mode", Is(r#""Client""#)),
     ("fds", Empty),
     ("rate_limiter_config", Is("null")),
-    // Offloads are offered to the guest, which may decline them; offering
-    // none is a valid device, so both values are honoured as "may offer".
-    ("offload_tso", Any),
-    ("offload_ufo", Any),
-    ("offload_csum", Any),
     PCI[0],
     PCI[1],
 ];
@@ -215,11 +210,9 @@ const DEFAULTS: &[(&str, &str)] = &[
         r#"{"pci_segment":0,"vhost_user":false,"disable_io_uring":false,"disable_aio":false,
             "backing_files":false,"sparse":true,"image_type":"Raw","lock_granularity":"ByteRange"}"#,
     ),
-    // We offer no offloads: false is what the device does.
     (
         "net",
-        r#"{"pci_segment":0,"vhost_user":false,"vhost_mode":"Client",
-            "offload_tso":false,"offload_ufo":false,"offload_csum":false}"#,
+        r#"{"pci_segment":0,"vhost_user":false,"vhost_mode":"Client"}"#,
     ),
 ];
 

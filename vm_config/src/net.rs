@@ -129,6 +129,22 @@ pub struct NetConfig {
     /// Device id (names the NIC in `vm.counters`); `_net<N>` when absent.
     #[serde(default)]
     pub id: Option<String>,
+    /// Offer TCP segmentation offload both ways (`HOST_TSO4/6`,
+    /// `GUEST_TSO4/6`; needs `offload_csum`), as upstream (default true).
+    #[serde(default = "default_true")]
+    pub offload_tso: bool,
+    /// Upstream's UFO switch; UFO is never offered here, so the value only
+    /// round-trips.
+    #[serde(default = "default_true")]
+    pub offload_ufo: bool,
+    /// Offer partial checksums both ways (`CSUM`, `GUEST_CSUM`), as
+    /// upstream (default true).
+    #[serde(default = "default_true")]
+    pub offload_csum: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_ip() -> Ipv4Addr {
@@ -160,6 +176,9 @@ impl Default for NetConfig {
             num_queues: DEFAULT_NET_NUM_QUEUES,
             queue_size: DEFAULT_NET_QUEUE_SIZE,
             id: None,
+            offload_tso: true,
+            offload_ufo: true,
+            offload_csum: true,
         }
     }
 }
@@ -182,7 +201,6 @@ several NICs)";
     /// Parses one `--net` value.
     pub fn parse(input: &str) -> Result<Self, ParseError> {
         const O: &str = "--net";
-        const ANY_BOOL: &[&str] = &["on", "off", "true", "false"];
         let upstream: crate::cli::UpstreamKeys<'_> = &[
             ("fd", &[]),
             ("vhost_user", &["off", "false"]),
@@ -194,10 +212,6 @@ several NICs)";
             ("ops_size", &[]),
             ("ops_one_time_burst", &[]),
             ("ops_refill_time", &[]),
-            // Offloads are offered, not imposed: offering none is valid.
-            ("offload_tso", ANY_BOOL),
-            ("offload_ufo", ANY_BOOL),
-            ("offload_csum", ANY_BOOL),
             crate::cli::PCI_KEYS[0],
             crate::cli::PCI_KEYS[1],
         ];
@@ -212,6 +226,9 @@ several NICs)";
             "num_queues",
             "queue_size",
             "id",
+            "offload_tso",
+            "offload_ufo",
+            "offload_csum",
         ];
         let p = crate::cli::parser_with_upstream(O, &keys, upstream, input)?;
         Ok(Self {
@@ -225,6 +242,9 @@ several NICs)";
             num_queues: get::<u16>(&p, O, "num_queues")?.unwrap_or(DEFAULT_NET_NUM_QUEUES),
             queue_size: get::<u16>(&p, O, "queue_size")?.unwrap_or(DEFAULT_NET_QUEUE_SIZE),
             id: p.get("id").map(str::to_owned),
+            offload_tso: crate::cli::toggle(&p, O, "offload_tso", true)?,
+            offload_ufo: crate::cli::toggle(&p, O, "offload_ufo", true)?,
+            offload_csum: crate::cli::toggle(&p, O, "offload_csum", true)?,
         })
     }
 

@@ -61,6 +61,8 @@ pub fn create_net(id: String, cfg: &NetConfig) -> Result<(String, Net), VmError>
             mac: cfg.mac.0,
             mtu: cfg.mtu,
             queue_size: cfg.queue_size,
+            offload_csum: cfg.offload_csum,
+            offload_tso: cfg.offload_tso,
         },
     );
     Ok((id, dev))

@@ -129,6 +129,10 @@ pub struct NetOptions {
     pub mtu: Option<u16>,
     /// Size of each queue.
     pub queue_size: u16,
+    /// Offer partial checksums both ways.
+    pub offload_csum: bool,
+    /// Offer TSO both ways (only with `offload_csum`).
+    pub offload_tso: bool,
 }
 
 /// The network device.
@@ -216,7 +220,9 @@ impl VirtioDevice for Net {
     }
 
     fn features(&self) -> u64 {
-        let mut f = (1u64 << VIRTIO_F_VERSION_1) | (1u64 << VIRTIO_NET_F_MAC) | offload::OFFERED;
+        let mut f = (1u64 << VIRTIO_F_VERSION_1)
+            | (1u64 << VIRTIO_NET_F_MAC)
+            | offload::offered(self.options.offload_csum, self.options.offload_tso);
         if self.options.mtu.is_some() {
             f |= 1u64 << VIRTIO_NET_F_MTU;
         }

@@ -146,7 +146,7 @@ fn serialized_config_carries_upstream_defaults() {
     assert_eq!(v["debug_console"]["iobase"], 233);
     assert_eq!(v["disks"][0]["pci_segment"], 0);
     assert_eq!(v["memory"]["zones"][1]["reserve"], false);
-    assert_eq!(v["net"][0]["offload_csum"], false);
+    assert_eq!(v["net"][0]["offload_csum"], true);
     for (path, d) in super::DEFAULTS {
         assert!(
             serde_json::from_str::<serde_json::Value>(d)

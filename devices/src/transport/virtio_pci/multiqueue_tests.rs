@@ -203,6 +203,8 @@ fn a_two_pair_nic_serves_each_pair_on_its_thread_after_vq_pairs_set() {
             mac: [2, 0, 0, 0, 0, 1],
             mtu: None,
             queue_size: 16,
+            offload_csum: true,
+            offload_tso: true,
         },
     );
     let device: Arc<Mutex<dyn VirtioDevice>> = Arc::new(Mutex::new(net));

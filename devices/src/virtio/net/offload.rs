@@ -41,13 +41,23 @@ const fn bit(b: u32) -> u64 {
     1u64 << b
 }
 
-/// The offload features the device offers.
-pub const OFFERED: u64 = bit(VIRTIO_NET_F_CSUM)
-    | bit(VIRTIO_NET_F_GUEST_CSUM)
-    | bit(VIRTIO_NET_F_GUEST_TSO4)
+const CSUM_BITS: u64 = bit(VIRTIO_NET_F_CSUM) | bit(VIRTIO_NET_F_GUEST_CSUM);
+const TSO_BITS: u64 = bit(VIRTIO_NET_F_GUEST_TSO4)
     | bit(VIRTIO_NET_F_GUEST_TSO6)
     | bit(VIRTIO_NET_F_HOST_TSO4)
     | bit(VIRTIO_NET_F_HOST_TSO6);
+/// Every offload feature the device can offer.
+pub const OFFERED: u64 = CSUM_BITS | TSO_BITS;
+
+/// The offload features offered for the NIC's `offload_csum` and
+/// `offload_tso` (TSO needs checksums, so it goes with them).
+pub fn offered(csum: bool, tso: bool) -> u64 {
+    match (csum, tso) {
+        (false, _) => 0,
+        (true, false) => CSUM_BITS,
+        (true, true) => OFFERED,
+    }
+}
 
 /// What the driver accepted, as header rules for one queue pair.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -173,6 +183,14 @@ mod tests {
         assert_eq!(h[0], 1);
         assert_eq!(&h[1..6], &[0; 5]);
         assert_eq!(&h[6..10], &HDR[6..10]);
+    }
+
+    #[test]
+    fn the_nic_switches_choose_what_is_offered() {
+        assert_eq!(offered(true, true), OFFERED);
+        assert_eq!(offered(true, false), CSUM_BITS);
+        assert_eq!(offered(false, true), 0, "TSO without checksums");
+        assert_eq!(offered(false, false), 0);
     }
 
     #[test]

@@ -326,6 +326,8 @@ fn device_config_space_and_features() {
             mac,
             mtu: Some(1400),
             queue_size: 256,
+            offload_csum: true,
+            offload_tso: true,
         },
     );
     let mut got = [0u8; 6];
@@ -366,6 +368,8 @@ fn config_writes_are_counted() {
             mac: [2, 0, 0, 0, 0, 1],
             mtu: None,
             queue_size: 256,
+            offload_csum: true,
+            offload_tso: true,
         },
     );
     for i in 0..300 {

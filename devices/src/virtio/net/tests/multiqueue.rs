@@ -34,6 +34,8 @@ fn options() -> NetOptions {
         mac: [2, 0, 0, 0, 0, 1],
         mtu: None,
         queue_size: 16,
+        offload_csum: true,
+        offload_tso: true,
     }
 }
 
