@@ -158,6 +158,15 @@ static void on_term(int sig)
 	stop = 1;
 }
 
+/* First-touches the region's pages in [from, to) bytes, in address order. */
+static void touch_pages(size_t from, size_t to)
+{
+	size_t off;
+
+	for (off = from; off < to; off += PAGE)
+		region[off / 8] = off;
+}
+
 static void usage(void)
 {
 	fprintf(stderr, "usage: gups-hotset [-s REGION_MB] [-H HOT_MB] [-r RATIO] "
@@ -185,7 +194,6 @@ int main(int argc, char **argv)
 	uint64_t x = 0x9e3779b97f4a7c15ULL, u = 0, n_hot, n_cold, thresh;
 	uint64_t t_start, t_end;
 	pthread_t th;
-	size_t off;
 	int c, fork_child = 0, unmap_half = 0, unmapped = 0, thp = 0, hot_first = 0;
 	pid_t child = -1;
 
@@ -222,14 +230,12 @@ int main(int argc, char **argv)
 	 * First touch: cold part first, the hot set last (-P: the hot set
 	 * first, then the cold part).
 	 */
-	if (hot_first)
-		for (off = region_bytes - hot_bytes; off < region_bytes; off += PAGE)
-			region[off / 8] = off;
-	for (off = 0; off < region_bytes - (hot_first ? hot_bytes : 0); off += PAGE)
-		region[off / 8] = off;
-	if (!hot_first)
-		for (off = region_bytes - hot_bytes; off < region_bytes; off += PAGE)
-			region[off / 8] = off;
+	if (hot_first) {
+		touch_pages(region_bytes - hot_bytes, region_bytes);
+		touch_pages(0, region_bytes - hot_bytes);
+	} else {
+		touch_pages(0, region_bytes);
+	}
 	signal(SIGTERM, on_term);
 	signal(SIGINT, on_term);
 	if (fork_child) {
