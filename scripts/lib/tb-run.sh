@@ -158,12 +158,16 @@ tb_last_json() { # FILE
     grep -a '^{.*"scenario"' "$1" 2>/dev/null | tail -n 1 || true
 }
 
-# The checks a scenario reported false, and the tail of its log.
+# The checks a scenario reported false, each failure's reason (CI shows
+# only an excerpt of the output: the reasons come first, short), and the
+# tail of its log.
 tb_failed_checks() { # SCENARIO
     local log=$RUN_DIR/$1/output.log bad
     bad=$(grep -o '"[A-Za-z0-9_.-]*":false' <<<"${TB_JSON[$1]:-}" | tr '\n' ' ' || true)
     [[ -n $bad ]] && printf '    false checks: %s\n' "$bad"
-    [[ -f $log ]] && grep -av '^{' "$log" | tail -n 8 | sed 's/^/    | /'
+    [[ -f $log ]] || return 0
+    grep -a 'FAIL: ' "$log" | head -n 6 | cut -c 1-400 | sed 's/^/    ! /'
+    grep -av '^{' "$log" | tail -n 4 | sed 's/^/    | /'
     return 0
 }
 

@@ -142,6 +142,9 @@ tier_stop() {
     rm_ok=0
     rmmod tiering && rm_ok=1
     oops=$(dmesg | tail -n +$((tier_dmesg0 + 1)) | grep -cE 'BUG:|Oops|WARNING:|general protection')
+    # the evidence, on the console: the first report and its trace
+    [ "$oops" = 0 ] || dmesg | tail -n +$((tier_dmesg0 + 1)) |
+        grep -m 1 -A 40 -E 'BUG:|Oops|WARNING:|general protection' | sed 's/^/K| /'
     echo "@@RZ TIER STOPPED gups=$g_alive agent=$a_alive worker=$w_alive target=${state:-none}" \
         "epochs=$(stat_of /tmp/tier-target-stats epoch) samples=$(stat_of /tmp/tier-target-stats samples)" \
         "reloc_failed=$(stat_of /tmp/tier-target-stats reloc_failed)" \
