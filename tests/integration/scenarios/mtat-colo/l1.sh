@@ -323,7 +323,7 @@ tb_fact_str vmm_final "$final"
 # ---- let the guests finish ----------------------------------------------
 for v in $VMS; do send_vm "$v" tb-ack; done
 all_gone() { for v in $VMS; do ! tb_pid_alive "$(pid_of "$v")" || return 1; done; }
-tb_wait_until 90 all_gone || tb_fail "vmms-exit" "not all VMMs exited within 90 s of tb-ack"
+tb_wait_until 90 all_gone || tb_fail "vmms-exit" "not all VMMs exited within 90 s of tb-ack: still running:$(for v in $VMS; do tb_pid_alive "$(pid_of "$v")" && printf ' %s' "$v"; done)"
 for v in $VMS; do
     p=$(pid_of "$v")
     if tb_pid_alive "$p"; then kill -KILL "$p"; fi
@@ -333,7 +333,7 @@ for v in $VMS; do
     l2=$(tb_l2_json "$TB_OUT/$v.serial")
     case $l2 in
     *'"result":"PASS"'*) tb_pass "$v-l2-checks-passed" ;;
-    '') tb_fail "$v-l2-checks-passed" "no L2 JSON line in $v.serial" ;;
+    '') tb_fail "$v-l2-checks-passed" "no L2 JSON line in $v.serial; it ends: $(tail -n 6 "$TB_OUT/$v.serial" | tr -d '\r' | cut -c 1-120 | tr '\n' '|')" ;;
     *) tb_fail "$v-l2-checks-passed" "$l2" ;;
     esac
 done
