@@ -38,13 +38,8 @@ pub fn validate_zone(z: &MemoryZoneConfig, method: HotplugMethod) -> Result<(), 
             z.id
         ));
     }
-    if z.file.is_some() {
-        return Err(format!(
-            "zone '{}': hotplug_size with file= is not supported by this VMM \
-             (the region would need a file of its own)",
-            z.id
-        ));
-    }
+    // With file=, plugged memory does not come from the file (as upstream:
+    // the virtio-mem region is anonymous, or a memfd when shared=on).
     if let Some(plugged) = z.hotplugged_size {
         check_plugged_size(z, plugged)?;
     }
@@ -107,6 +102,14 @@ mod tests {
             .contains("128 MiB"));
         let z = zone("id=z,size=1G,hotplug_size=0");
         assert!(validate_zone(&z, HotplugMethod::VirtioMem).is_err());
+    }
+
+    /// As upstream: a file-backed zone can grow; its plugged memory is
+    /// not taken from the file.
+    #[test]
+    fn a_file_backed_zone_takes_hotplug_size() {
+        let z = zone("id=z,size=1G,file=/dev/shm/z,hotplug_size=256M");
+        assert!(validate_zone(&z, HotplugMethod::VirtioMem).is_ok());
     }
 
     #[test]

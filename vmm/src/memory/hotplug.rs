@@ -97,6 +97,28 @@ mod tests {
         assert_eq!(l[0], Some(((5 << 30) + (128 << 20), 256 << 20)));
     }
 
+    /// A file-backed zone's region leaves the file alone: boot RAM maps
+    /// the file, plugged memory is anonymous (as upstream).
+    #[test]
+    fn a_file_backed_zones_region_is_not_the_file() {
+        let dir = std::env::temp_dir().join(format!("hotplug-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("zone");
+        std::fs::File::create(&path)
+            .and_then(|f| f.set_len(4 << 20))
+            .expect("file");
+        let zc = zone(&format!(
+            "id=f,size=4M,file={},hotplug_size=128M",
+            path.display()
+        ));
+        let (region, mapping) = create_region(&zc, false, 4 << 30, 128 << 20).expect("region");
+        assert!(region.fd.is_none(), "private: anonymous, no fd");
+        assert_eq!(vm_memory::GuestMemoryRegion::len(&mapping), 128 << 20);
+        let len = std::fs::metadata(&path).expect("stat").len();
+        assert_eq!(len, 4 << 20, "the zone's file is untouched");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// A bound zone's region is bound too: its pages can only come from
     /// the zone's host node.
     #[test]

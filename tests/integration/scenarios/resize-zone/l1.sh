@@ -151,9 +151,16 @@ end_vm() { # NAME
 
 SMEM_REGION=$((384 * MIB))
 # ------------------------------------------------------------- VM 1 --
+# FMem's boot RAM is a file (as a DAX or tmpfs-backed zone would be): the
+# zone still grows, its plugged memory is not the file's (as upstream)
+FMEM_FILE=/dev/shm/resize-zone-fmem
+[ -d /dev/shm ] || FMEM_FILE=$TB_OUT/resize-zone-fmem
+rm -f "$FMEM_FILE"
+truncate -s 512M "$FMEM_FILE"
 if boot_vm mmio --virtio-transport mmio \
-    --memory-zone id=fmem,size=512M,host_numa_node=0,hotplug_size=256M \
+    --memory-zone "id=fmem,size=512M,file=$FMEM_FILE,host_numa_node=0,hotplug_size=256M" \
     id=smem,size=512M,host_numa_node=1,shared=on,hotplug_size=384M; then
+    tb_check a-fmem-boot-ram-is-the-file grep -q "file=$FMEM_FILE" "/proc/$TB_VMM_PID/numa_maps"
     gm a
     t0=$T0 t1=$T1
     tb_check_eq a-smem-memory-only none "$C1"
@@ -268,6 +275,7 @@ if boot_vm mmio --virtio-transport mmio \
 else
     tb_vmm_stop
 fi
+rm -f "$FMEM_FILE"
 
 # ------------------------------------------------------------- VM 2 --
 # Every resize step under load: tiering.ko and the tiering-agent manage a
