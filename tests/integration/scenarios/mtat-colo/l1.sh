@@ -323,7 +323,24 @@ tb_fact_str vmm_final "$final"
 # ---- let the guests finish ----------------------------------------------
 for v in $VMS; do send_vm "$v" tb-ack; done
 all_gone() { for v in $VMS; do ! tb_pid_alive "$(pid_of "$v")" || return 1; done; }
-tb_wait_until 90 all_gone || tb_fail "vmms-exit" "not all VMMs exited within 90 s of tb-ack: still running:$(for v in $VMS; do tb_pid_alive "$(pid_of "$v")" && printf ' %s' "$v"; done)"
+# A VMM still running: where its threads wait (comm:state:wchan), in the
+# failure's message (CI shows only the log), and its full diagnostics.
+vmm_threads() { # PID
+    for t in /proc/"$1"/task/*; do
+        printf ' %s:%s:%s' "$(cat "$t/comm" 2>/dev/null)" \
+            "$(sed 's/.*) //' "$t/stat" 2>/dev/null | cut -c1)" "$(cat "$t/wchan" 2>/dev/null)"
+    done
+}
+if ! tb_wait_until 90 all_gone; then
+    stuck=""
+    for v in $VMS; do
+        p=$(pid_of "$v")
+        tb_pid_alive "$p" || continue
+        stuck="$stuck $v [$(vmm_threads "$p") ]"
+        TB_VMM_PID=$p tb_vmm_diag "$TB_OUT/vmm-diag-$v.txt"
+    done
+    tb_fail "vmms-exit" "not all VMMs exited within 90 s of tb-ack:$stuck"
+fi
 for v in $VMS; do
     p=$(pid_of "$v")
     if tb_pid_alive "$p"; then kill -KILL "$p"; fi
