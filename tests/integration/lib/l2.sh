@@ -10,7 +10,8 @@
 #                            Sets TB_ACK=ok|timeout|standalone.
 #   tb_bg_start VAR CMD...   run CMD in the background, output to a file;
 #                            VAR_PID and VAR_OUT are set
-#   tb_bg_stop PID           kill a background helper
+#   tb_bg_stop PID           stop a background helper (SIGTERM, then SIGKILL;
+#                            bounded, a helper that will not die fails)
 #
 # Environment (set by the L2 /init): TB_SCENARIO, TB_SIDE=l2, TB_MODE=l2,
 # TB_LIB, TB_BIN, TB_STANDALONE (0/1), TB_ACK_TIMEOUT.
@@ -57,8 +58,42 @@ tb_bg_start() {
     eval "${_tb_var}_OUT=\$_tb_out"
 }
 
+# Running, not a zombie waiting to be reaped.
+_tb_running() {
+    _tb_st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)
+    [ -n "$_tb_st" ] && [ "$_tb_st" != Z ]
+}
+
+# SIGTERM, 30 s, SIGKILL, 10 s: a helper that will not die (stuck in the
+# kernel) is a failure with its evidence -- where it waits and the
+# kernel's blocked tasks -- instead of a wait that never ends.
 tb_bg_stop() {
     [ -n "$1" ] || return 0
     kill -TERM "$1" 2>/dev/null || true
+    _tb_i=0
+    while _tb_running "$1" && [ "$_tb_i" -lt 300 ]; do
+        sleep 0.1
+        _tb_i=$((_tb_i + 1))
+    done
+    if _tb_running "$1"; then
+        _tb_comm=$(cat "/proc/$1/comm" 2>/dev/null)
+        echo "tb_bg_stop: $_tb_comm ($1) still running 30 s after SIGTERM," \
+            "state $(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)," \
+            "wchan $(cat "/proc/$1/wchan" 2>/dev/null); its kernel stack:"
+        sed 's/^/S| /' "/proc/$1/stack" 2>/dev/null
+        kill -KILL "$1" 2>/dev/null || true
+        _tb_i=0
+        while _tb_running "$1" && [ "$_tb_i" -lt 100 ]; do
+            sleep 0.1
+            _tb_i=$((_tb_i + 1))
+        done
+        if _tb_running "$1"; then
+            echo w >/proc/sysrq-trigger 2>/dev/null
+            dmesg | tail -n 80 | sed 's/^/K| /'
+            tb_fail "stop-$_tb_comm" "pid $1 survived SIGTERM and SIGKILL (stuck in the kernel)"
+            return 1
+        fi
+        tb_fail "stop-$_tb_comm" "pid $1 ignored SIGTERM for 30 s; SIGKILL ended it"
+    fi
     wait "$1" 2>/dev/null || true
 }
