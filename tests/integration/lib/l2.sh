@@ -97,3 +97,25 @@ tb_bg_stop() {
     fi
     wait "$1" 2>/dev/null || true
 }
+
+# Kernel log since a point, robust to the ring buffer wrapping (a line
+# count taken earlier is not: old lines drop off the front).
+#   tb_kmsg_mark NAME    write a unique marker line to the kernel log
+#   tb_kmsg_since NAME   the kernel log after that marker; all of it (and
+#                        a note on stderr) if the marker has been overwritten
+#   tb_kernel_reports    count of crash reports (BUG:, Oops, WARNING:,
+#                        general protection) in the lines on stdin
+tb_kmsg_mark() {
+    eval "_TB_KMARK_$1=\"@@TB-KMARK $1 \$\$-\$(tb_now_ms)\""
+    eval "echo \"\$_TB_KMARK_$1\"" >/dev/kmsg 2>/dev/null || true
+}
+tb_kmsg_since() {
+    eval "_tb_m=\$_TB_KMARK_$1"
+    if dmesg | grep -qF "$_tb_m"; then
+        dmesg | awk -v m="$_tb_m" 'seen { print } index($0, m) { seen = 1 }'
+    else
+        echo "tb_kmsg_since: marker $1 not in the kernel log (wrapped): all of it" >&2
+        dmesg
+    fi
+}
+tb_kernel_reports() { grep -cE 'BUG:|Oops|WARNING:|general protection' || true; }

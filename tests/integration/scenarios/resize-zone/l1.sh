@@ -125,7 +125,7 @@ boot_vm() { # NAME then extra VMM args
     shift
     rm -f "$TB_API_SOCK"
     tb_vmm_start "$@" --kernel "$TB_L2_KERNEL" --initramfs "$TB_L2_INITRD" \
-        --cmdline "console=ttyS0 reboot=k panic=-1 tb.run=resize-zone tb.timeout=880" \
+        --cmdline "console=ttyS0 reboot=k panic=-1 log_buf_len=1M tb.run=resize-zone tb.timeout=880" \
         --cpus boot=2 --memory size=0,hotplug_method=virtio-mem \
         --numa 'guest_numa_id=0,cpus=[0-1],distances=[1@25],memory_zones=fmem' \
         'guest_numa_id=1,distances=[0@25],memory_zones=smem' \

@@ -44,8 +44,7 @@ tb_begin l2
 node_kb() { # NODE FIELD: a kB figure of the node's meminfo
     awk -v f="$2:" '$3 == f { print $4 }' "/sys/devices/system/node/node$1/meminfo"
 }
-oops_count() { dmesg | grep -ciE "Oops|BUG:|WARNING:|general protection"; }
-oops_at_start=$(oops_count)
+tb_kmsg_mark start
 
 # ---- the tiering manager under resize (VM 2) ----
 SYS=/sys/kernel/tiering
@@ -88,7 +87,7 @@ ticks_new() { [ "$(grep -c '"gups":"tick".*}$' "$GUPS_OUT" 2>/dev/null)" -ge $((
 gups_gone() { ! kill -0 "$G_PID" 2>/dev/null; }
 
 tier_start() { # [ABIT_TLB_FLUSH]
-    tier_dmesg0=$(dmesg | wc -l)
+    tb_kmsg_mark tier
     # shellcheck disable=SC2086 # one word or none
     if ! insmod /tb/kmod/tiering.ko ${1:+abit_tlb_flush=$1} 2>/tmp/insmod-tiering.err; then
         tb_fail insmod-tiering "$(head -c 200 /tmp/insmod-tiering.err)"
@@ -141,9 +140,9 @@ tier_stop() {
     tb_show_tail "$AG_OUT" 5 'A| '
     rm_ok=0
     rmmod tiering && rm_ok=1
-    oops=$(dmesg | tail -n +$((tier_dmesg0 + 1)) | grep -cE 'BUG:|Oops|WARNING:|general protection')
+    oops=$(tb_kmsg_since tier | tb_kernel_reports)
     # the evidence, on the console: the first report and its trace
-    [ "$oops" = 0 ] || dmesg | tail -n +$((tier_dmesg0 + 1)) |
+    [ "$oops" = 0 ] || tb_kmsg_since tier |
         grep -m 1 -A 40 -E 'BUG:|Oops|WARNING:|general protection' | sed 's/^/K| /'
     echo "@@RZ TIER STOPPED gups=$g_alive agent=$a_alive worker=$w_alive target=${state:-none}" \
         "epochs=$(stat_of /tmp/tier-target-stats epoch) samples=$(stat_of /tmp/tier-target-stats samples)" \
@@ -213,5 +212,5 @@ while read -r cmd arg; do
 done
 dmesg | grep -i virtio_mem >/tmp/virtio_mem.dmesg
 tb_show_tail /tmp/virtio_mem.dmesg 20 "dmesg: "
-tb_check_eq no-new-kernel-oops-or-warning "$oops_at_start" "$(oops_count)"
+tb_check_eq no-new-kernel-oops-or-warning 0 "$(tb_kmsg_since start | tb_kernel_reports)"
 tb_report
