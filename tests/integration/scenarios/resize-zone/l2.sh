@@ -139,7 +139,14 @@ tier_stop() {
     a_err=$(grep -c '^tiering-agent:' "$AG_OUT" 2>/dev/null)
     tb_show_tail "$AG_OUT" 5 'A| '
     rm_ok=0
-    rmmod tiering && rm_ok=1
+    if rmmod tiering 2>/tmp/rmmod.err; then
+        rm_ok=1
+    else
+        echo "rmmod tiering failed: $(head -c 200 /tmp/rmmod.err);" \
+            "refcnt $(cat /sys/module/tiering/refcnt 2>/dev/null)," \
+            "state $(cat /sys/module/tiering/initstate 2>/dev/null)," \
+            "holders '$(ls /sys/module/tiering/holders 2>/dev/null | tr '\n' ' ')'"
+    fi
     oops=$(tb_kmsg_since tier | tb_kernel_reports)
     # the evidence, on the console: the first report and its trace
     [ "$oops" = 0 ] || tb_kmsg_since tier |
