@@ -41,6 +41,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#include "page_move.h"
 #include "reloc.h"
 #include "sysfs_io.h"
 #include "sampler_daemon.h"
@@ -484,115 +485,26 @@ static long node_free_pages(int node)
 	return total;
 }
 
-/*
- * Why moves failed, over the whole run (printed at the end): a target
- * node without room (-ENOMEM), a page off the LRU (-EBUSY, -EAGAIN: under
- * I/O or migration, or a later base page of a huge page that an earlier
- * address of the same call already queued), an address no longer mapped
- * (-EFAULT, -ENOENT), a page left on another node with no error (stayed:
- * its migration failed after it was queued), anything else, and pages
- * whose whole call failed (process gone, no memory in the agent).
- */
-static struct {
-	unsigned long long nomem, busy, gone, stayed, other, call;
-} move_fail;
-
-/* base pages asked for a second time by retry_busy() */
-static unsigned long long move_retried;
-
-static void count_move_failure(int status)
-{
-	switch (-status) {
-	case ENOMEM: move_fail.nomem++; break;
-	case EBUSY: case EAGAIN: move_fail.busy++; break;
-	case EFAULT: case ENOENT: move_fail.gone++; break;
-	default: move_fail.other++; break;
-	}
-}
+static struct page_move_stats move_stats;
 
 /*
- * One more call for the pages that were busy: with transparent huge pages
- * a batch holds several base pages of one huge page, and the kernel
- * answers -EBUSY for a base page whose huge page an earlier address of the
- * same call had taken off the LRU to migrate; by now it has moved (or
- * been split and its base pages moved), so asking again finds most of
- * them on @nodes' node.  Updates @st in place.
- */
-static void retry_busy(long pid, void **pages, size_t n, int *nodes, int *st)
-{
-	void **again;
-	int *st2;
-	size_t k, m = 0;
-
-	for (k = 0; k < n; k++)
-		m += st[k] == -EBUSY;
-	if (!m)
-		return;
-	again = malloc(m * sizeof(*again));
-	st2 = malloc(m * sizeof(*st2));
-	if (again && st2) {
-		for (k = 0, m = 0; k < n; k++)
-			if (st[k] == -EBUSY)
-				again[m++] = pages[k];
-		if (syscall(SYS_move_pages, pid, m, again, nodes, st2,
-			    2 /* MPOL_MF_MOVE */) == 0) {
-			for (k = 0, m = 0; k < n; k++)
-				if (st[k] == -EBUSY)
-					st[k] = st2[m++];
-			move_retried += m;
-		}
-	}
-	free(again);
-	free(st2);
-}
-
-/*
- * Move pages, one move_pages(2) call for the whole batch: each call
- * disables the LRU caches, which drains them on every CPU, so fewer,
- * larger calls cost the guest less.  The PID number is only used while
- * @pidfd shows the process alive: a live process keeps its number, so
- * the pages moved are the target's, never those of a process that got
- * the number after the target exited.  Returns how many ended on @node.
+ * Move pages (page_move.c).  The PID number is only used while @pidfd
+ * shows the process alive: a live process keeps its number, so the pages
+ * moved are the target's, never those of a process that got the number
+ * after the target exited.  Returns how many ended on @node.
  */
 static size_t move_to(long pid, int pidfd, void **pages, size_t n, int node,
 		      size_t *failed)
 {
-	int *nodes, *st;
-	size_t done = 0, k;
-
 	if (!n)
 		return 0;
-	nodes = malloc(n * sizeof(*nodes));
-	st = malloc(n * sizeof(*st));
-	if (!nodes || !st || !pidfd_alive(pidfd)) {
+	if (!pidfd_alive(pidfd)) {
 		*failed += n;
-		move_fail.call += n;
-		goto out;
+		move_stats.call += n;
+		return 0;
 	}
-	for (k = 0; k < n; k++)
-		nodes[k] = node;
-	if (syscall(SYS_move_pages, pid, n, pages, nodes, st,
-		    2 /* MPOL_MF_MOVE */) < 0) {
-		*failed += n;
-		move_fail.call += n;
-		goto out;
-	}
-	retry_busy(pid, pages, n, nodes, st);
-	for (k = 0; k < n; k++) {
-		if (st[k] == node) {
-			done++;
-		} else {
-			(*failed)++;
-			if (st[k] >= 0)
-				move_fail.stayed++;
-			else
-				count_move_failure(st[k]);
-		}
-	}
-out:
-	free(nodes);
-	free(st);
-	return done;
+	return page_move(page_move_syscall, pid, pages, n, node, failed,
+			 &move_stats);
 }
 
 struct agent_stats {
@@ -1122,13 +1034,14 @@ static int cmd_run(void)
 	       "\"balloon_holds\":%llu,\"balloon_shed\":%llu,"
 	       "\"short_batches\":%llu,\"failed_why\":{\"nomem\":%llu,"
 	       "\"busy\":%llu,\"gone\":%llu,\"stayed\":%llu,\"other\":%llu,"
-	       "\"call\":%llu},\"busy_retried\":%llu}\n",
+	       "\"call\":%llu},\"retried\":%llu,\"partial_calls\":%llu}\n",
 	       as.rounds,
 	       as.promoted, as.demoted, as.failed, as.queried, self_cpu_ns(),
 	       (unsigned long long)(mono_ms() - t0), opt_cpu_pct, as.throttled,
 	       cb.page_ns, as.balloon_holds, as.balloon_shed, as.short_batches,
-	       move_fail.nomem, move_fail.busy, move_fail.gone, move_fail.stayed,
-	       move_fail.other, move_fail.call, move_retried);
+	       move_stats.nomem, move_stats.busy, move_stats.gone,
+	       move_stats.stayed, move_stats.other, move_stats.call,
+	       move_stats.retried, move_stats.partial);
 	return 0;
 }
 

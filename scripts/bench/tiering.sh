@@ -129,7 +129,10 @@ ours.update({
     "demoted_pages": agent.get("demoted"),
     "failed_pages": agent.get("failed"),
     "failed_why": agent.get("failed_why"),
-    "busy_pages_retried": agent.get("busy_retried"),
+    # pages asked a second time (busy, or left behind by a call that
+    # failed in part) and calls whose statuses had to be re-read
+    "pages_retried": agent.get("retried"),
+    "partial_move_calls": agent.get("partial_calls"),
     "cpu_pct_budget": agent.get("cpu_pct_budget"),
     "throttled_polls": agent.get("throttled_polls"),
     "balloon_holds": agent.get("balloon_holds"),

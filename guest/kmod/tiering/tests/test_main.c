@@ -43,6 +43,8 @@ int main(int argc, char **argv)
 		  &fail);
 	run_table(hrc_sampler_tests, hrc_nr_sampler_tests, filter, &pass,
 		  &fail);
+	run_table(hrc_page_move_tests, hrc_nr_page_move_tests, filter, &pass,
+		  &fail);
 	run_table(hrc_split_merge_tests, hrc_nr_split_merge_tests, filter,
 		  &pass, &fail);
 	run_table(hrc_dynamics_tests, hrc_nr_dynamics_tests, filter, &pass,

@@ -64,6 +64,8 @@ extern const struct hrc_test hrc_abit_plan_tests[];
 extern const struct hrc_test hrc_perf_ring_tests[];
 extern const struct hrc_test hrc_sampler_tests[];
 extern const unsigned int hrc_nr_sampler_tests;
+extern const struct hrc_test hrc_page_move_tests[];
+extern const unsigned int hrc_nr_page_move_tests;
 extern const unsigned int hrc_nr_perf_ring_tests;
 extern const unsigned int hrc_nr_capacity_tests;
 extern const unsigned int hrc_nr_abit_plan_tests;
