@@ -8,8 +8,8 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 use crate::annealing::{anneal, brute_force, min_np, AnnealParams, BeVm};
-use crate::policies::{Hotness, Mtat, MtatConfig, Policy, StaticSplit};
-use crate::sim::workload::paper_be;
+use crate::policies::{BeSplit, Hotness, Mtat, MtatConfig, Policy, StaticSplit};
+use crate::sim::workload::{paper_be, paper_lc};
 use crate::sim::{paper_scenario, scaled_scenario, LoadTrace, SimConfig, SimResult, Simulator};
 
 /// Violation rate at or below which a load counts as sustained.
@@ -82,7 +82,27 @@ fn run_with(
 }
 
 fn summary(r: &SimResult) -> Value {
+    // Each VM's mean share, and each BE VM's mean NP: who got the FMem,
+    // and who is the worst-off.
+    let n_lc = r.vm_names.len().saturating_sub(r.be_mean_np.len());
+    let vms: serde_json::Map<String, Value> = r
+        .vm_names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let share = r.vm_mean_share.get(i).copied().unwrap_or(f64::NAN);
+            let v = match i.checked_sub(n_lc).and_then(|j| r.be_mean_np.get(j)) {
+                Some(np) => json!({"mean_share_units": share, "mean_np": np}),
+                None => json!({"mean_share_units": share}),
+            };
+            (n.clone(), v)
+        })
+        .collect();
+    let mean_np = r.be_mean_np.iter().sum::<f64>() / r.be_mean_np.len().max(1) as f64;
     json!({
+        "vms": vms,
+        "be_mean_np_over_min_np": mean_np / r.be_fairness,
+        "be_min_over_max_np": r.be_min_over_max_np,
         "slo_violation_rate": r.violation_rate(),
         "be_fairness_min_np": r.be_fairness,
         "be_throughput": r.be_throughput,
@@ -171,6 +191,82 @@ fn scale(n: usize, model: Option<&Path>) -> Result<Value, String> {
         "interval_s": interval,
         "budget_held": r.max_total_units <= budget,
     }))
+}
+
+/// Table 3 at 80 % LC load, per setting (LC cores, BE cores, BE VMs):
+/// BE fairness and throughput of MTAT (Full), then of MTAT (LC Only),
+/// both over MEMTIS.
+const TABLE3_80: [((u32, u32, u32), [f64; 4]); 6] = [
+    ((4, 20, 2), [1.30, 0.65, 1.26, 0.66]),
+    ((4, 20, 4), [1.19, 0.57, 1.18, 0.58]),
+    ((10, 14, 2), [1.25, 0.72, 1.22, 0.73]),
+    ((10, 14, 4), [1.52, 0.54, 1.51, 0.56]),
+    ((16, 8, 2), [1.31, 0.71, 1.31, 0.73]),
+    ((16, 8, 4), [1.76, 0.52, 1.77, 0.51]),
+];
+
+/// What Table 3 says about MEMTIS's BE split at 80 % load, beside what
+/// `hotness` shows in the simulator (`hotness_spread`: its mean BE NP
+/// over its min NP at 80 %).
+///
+/// With F = MTAT's fairness and T its throughput, both over MEMTIS, and
+/// every BE NP under MTAT at least its min: MEMTIS's throughput-weighted
+/// mean BE NP over its min NP is ≥ F / T. (T is Σ throughput, so the
+/// mean is weighted by each job's full throughput; the simulator's jobs
+/// all have the same.)
+fn table3_at_80(hotness_spread: f64) -> Value {
+    let settings: Vec<Value> = TABLE3_80
+        .iter()
+        .map(|&((lc, be_cores, be), [f, t, lf, lt])| {
+            json!({
+                "setting": [lc, be_cores, be],
+                "full": {"be_fairness": f, "be_throughput": t},
+                "lc_only": {"be_fairness": lf, "be_throughput": lt},
+                "full_fairness_vs_lc_only": f / lf,
+                "memtis_mean_np_over_min_np_at_least": f / t,
+            })
+        })
+        .collect();
+    let bound = TABLE3_80
+        .iter()
+        .map(|(_, [f, t, ..])| f / t)
+        .fold(f64::INFINITY, f64::min);
+    json!({
+        "settings": settings,
+        "memtis_mean_np_over_min_np_at_least_min": bound,
+        "hotness_mean_np_over_min_np": hotness_spread,
+    })
+}
+
+/// The best BE fairness any split can reach at a constant LC `load` in
+/// this model: the LC VM at the smallest share whose capacity meets the
+/// SLO without noise (no policy can hold less without violating), the
+/// rest split by brute force for max min NP; beside `hotness_min_np`.
+fn fairness_ceiling(load: f64, hotness_min_np: f64) -> Value {
+    let lc = paper_lc("redis");
+    let budget = SimConfig::default().budget_units;
+    let need = (0..=lc.hot_units)
+        .find(|&s| lc.capacity(s) >= load)
+        .unwrap_or(lc.hot_units);
+    let be = paper_be();
+    let profiles: Vec<_> = be.iter().filter_map(|b| b.profile(1 << 30).ok()).collect();
+    let vms: Vec<BeVm> = profiles
+        .iter()
+        .zip(&be)
+        .map(|(p, b)| BeVm {
+            profile: p,
+            min_units: 0,
+            max_units: b.rss_units,
+        })
+        .collect();
+    let left = budget.saturating_sub(need);
+    let best = min_np(&vms, &brute_force(&vms, left, 1 << 30), 1 << 30);
+    json!({
+        "lc_units_for_slo_without_noise": need,
+        "be_units_left": left,
+        "best_min_np": best,
+        "vs_hotness": best / hotness_min_np,
+    })
 }
 
 /// VM counts of the scale runs.
@@ -336,6 +432,24 @@ pub fn bench(model: Option<&Path>, mode: BenchMode) -> Result<Value, String> {
     let mut p = make_policy("mtat", model, 1 << 30)?;
     let sustained_mtat = run(Some(p.as_mut()), sustained.clone(), 540, 20, false)?;
     let sustained_fmem_all = run(None, sustained, 540, 20, true)?;
+    // The paper's MTAT (LC Only): mtat's LC decisions, the rest split by
+    // access rate as hotness splits the whole budget (Table 3's second
+    // row of each setting), on the same constant loads.
+    let mut lc_only = serde_json::Map::new();
+    for load in [0.2, 0.5, 0.8] {
+        let mut p = make_policy_with(
+            "mtat",
+            model,
+            MtatConfig {
+                unit_bytes: 1 << 30,
+                be_split: BeSplit::AccessRate,
+                ..Default::default()
+            },
+        )?;
+        let r = run(Some(p.as_mut()), LoadTrace::Constant(load), 600, 60, false)?;
+        lc_only.insert(format!("load_{}", (load * 100.0) as u32), summary(&r));
+    }
+    let lc_only_get = |k: &str, f: &str| lc_only[k][f].as_f64().unwrap_or(f64::NAN);
     let mut ratios = serde_json::Map::new();
     for k in ["load_20", "load_50", "load_80", "fig7"] {
         ratios.insert(
@@ -343,6 +457,22 @@ pub fn bench(model: Option<&Path>, mode: BenchMode) -> Result<Value, String> {
             json!({
                 "be_fairness_vs_hotness": get("mtat", k, "be_fairness_min_np") / get("hotness", k, "be_fairness_min_np"),
                 "be_throughput_vs_hotness": get("mtat", k, "be_throughput") / get("hotness", k, "be_throughput"),
+                "be_min_over_max_np_vs_hotness": get("mtat", k, "be_min_over_max_np") / get("hotness", k, "be_min_over_max_np"),
+            }),
+        );
+    }
+    let mut lc_only_ratios = serde_json::Map::new();
+    for k in ["load_20", "load_50", "load_80"] {
+        let (hf, ht) = (
+            get("hotness", k, "be_fairness_min_np"),
+            get("hotness", k, "be_throughput"),
+        );
+        lc_only_ratios.insert(
+            k.into(),
+            json!({
+                "be_fairness_vs_hotness": lc_only_get(k, "be_fairness_min_np") / hf,
+                "be_throughput_vs_hotness": lc_only_get(k, "be_throughput") / ht,
+                "mtat_fairness_vs_lc_only": get("mtat", k, "be_fairness_min_np") / lc_only_get(k, "be_fairness_min_np"),
             }),
         );
     }
@@ -372,6 +502,10 @@ pub fn bench(model: Option<&Path>, mode: BenchMode) -> Result<Value, String> {
         "lc_max_load_fmem_all": fmem_all,
         "lc_max_load_vs_fmem_all": lc_rel,
         "mtat_vs_hotness": ratios,
+        "mtat_lc_only": lc_only,
+        "mtat_lc_only_vs_hotness": lc_only_ratios,
+        "paper_table3_80": table3_at_80(get("hotness", "load_80", "be_mean_np_over_min_np")),
+        "be_fairness_ceiling_80": fairness_ceiling(0.8, get("hotness", "load_80", "be_fairness_min_np")),
         "sa_vs_brute_force": {"worst_min_np_ratio": sa_worst, "cases": sa_cases},
         "scale": scales,
         "targets": {

@@ -8,7 +8,7 @@ pub mod reserve;
 pub mod static_split;
 
 pub use hotness::Hotness;
-pub use mtat::{Mtat, MtatConfig};
+pub use mtat::{BeSplit, Mtat, MtatConfig};
 pub use static_split::StaticSplit;
 
 /// A fast-memory policy: from what was measured, the share each VM should

@@ -14,6 +14,7 @@ use std::path::Path;
 
 use crate::annealing::{anneal, AnnealParams, BeVm};
 use crate::model::{weighted_fill, Allocation, HostView, PolicyError, VmClass, VmView};
+use crate::policies::hotness::access_weights;
 use crate::policies::reserve::{ReserveConfig, RiseReserve};
 use crate::profile::Profile;
 use crate::sac::{Sac, SacConfig, SacError, Transition, STATE_DIM};
@@ -43,6 +44,21 @@ pub struct MtatConfig {
     /// Provision LC VMs ahead of the next step of a rising load
     /// ([`RiseReserve`]); `None`: the learned controller alone.
     pub rise_reserve: Option<ReserveConfig>,
+    /// How the FMem left after the LC VMs is split among the BE VMs.
+    pub be_split: BeSplit,
+}
+
+/// How `mtat` splits the FMem the LC VMs leave among the BE VMs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BeSplit {
+    /// Algorithm 2 on the BE VMs' profiles: the paper's MTAT (Full).
+    #[default]
+    Annealing,
+    /// In proportion to each BE VM's access rate, as `hotness` splits
+    /// the whole budget: the paper's MTAT (LC Only) (§5: LC priority,
+    /// "the remaining memory shared among BE workloads through
+    /// competitive allocation"), for comparisons (the bench) only.
+    AccessRate,
 }
 
 impl Default for MtatConfig {
@@ -54,6 +70,7 @@ impl Default for MtatConfig {
             sac: SacConfig::default(),
             anneal: AnnealParams::default(),
             rise_reserve: Some(ReserveConfig::default()),
+            be_split: BeSplit::Annealing,
         }
     }
 }
@@ -390,7 +407,14 @@ impl crate::policies::Policy for Mtat {
                 max_units: v.spec.max_units,
             });
         }
-        let be_targets = if be_vms.len() == be.len() {
+        let be_targets = if self.cfg.be_split == BeSplit::AccessRate {
+            let bounds: Vec<(u64, u64)> = be
+                .iter()
+                .map(|v| (v.spec.min_units, v.spec.max_units))
+                .collect();
+            let weights = access_weights(be.iter().copied(), &mut notes);
+            weighted_fill(remaining, &bounds, &weights)
+        } else if be_vms.len() == be.len() {
             anneal(&be_vms, remaining, self.cfg.unit_bytes, &self.cfg.anneal)
         } else {
             let bounds: Vec<(u64, u64)> = be
@@ -615,6 +639,36 @@ mod tests {
         let a = decide_checked(&mut m, &v).unwrap();
         assert!(a.targets["weak"] > a.targets["strong"], "{a:?}");
         assert!(a.targets.values().sum::<u64>() <= 32);
+    }
+
+    #[test]
+    fn lc_only_splits_what_the_lc_vm_leaves_by_access_rate() {
+        // The paper's MTAT (LC Only): the same LC decision as MTAT (Full),
+        // the rest in proportion to the BE VMs' access rates (3:1 here),
+        // not by their profiles (which favour "weak").
+        let make = |be_split| {
+            Mtat::new(MtatConfig {
+                learn: false,
+                be_split,
+                ..Default::default()
+            })
+            .unwrap()
+        };
+        let mut weak = be("weak", 12, 0.2);
+        weak.obs.access_rate = Some(1000.0);
+        let mut strong = be("strong", 12, 0.8);
+        strong.obs.access_rate = Some(3000.0);
+        let v = view(vec![lc("lc", 8, Some(1.0)), weak, strong]);
+        let full = decide_checked(&mut make(BeSplit::Annealing), &v).unwrap();
+        let only = decide_checked(&mut make(BeSplit::AccessRate), &v).unwrap();
+        assert_eq!(full.targets["lc"], only.targets["lc"]);
+        let left = 32 - only.targets["lc"];
+        assert_eq!(only.targets["weak"] + only.targets["strong"], left);
+        assert!(
+            only.targets["strong"] >= 3 * only.targets["weak"],
+            "{only:?}"
+        );
+        assert!(full.targets["weak"] > full.targets["strong"], "{full:?}");
     }
 
     #[test]

@@ -143,6 +143,9 @@ pub struct SimResult {
     pub lc_violations: u64,
     /// Mean over seconds of min NP across BE VMs.
     pub be_fairness: f64,
+    /// Mean over seconds of min NP ÷ max NP across BE VMs (not the
+    /// paper's metric, which is min NP; reported beside it).
+    pub be_min_over_max_np: f64,
     /// Mean over seconds of Σ BE throughput.
     pub be_throughput: f64,
     /// Wall time of each decision (policy + plan), µs.
@@ -161,6 +164,13 @@ pub struct SimResult {
     pub lc_load: Vec<f64>,
     /// p99 of the first LC VM at every second, ms.
     pub lc_p99_ms: Vec<f64>,
+    /// Every VM's name (LC VMs first, as in the scenario).
+    pub vm_names: Vec<String>,
+    /// Every VM's mean share over the counted seconds, units.
+    pub vm_mean_share: Vec<f64>,
+    /// Each BE VM's mean NP (eq. 3) over the counted seconds, in the
+    /// scenario's order (after the LC VMs in `vm_names`).
+    pub be_mean_np: Vec<f64>,
     /// Decisions made.
     pub decisions: u64,
     /// Of those, decisions brought forward by an SLO violation.
@@ -275,8 +285,12 @@ impl Simulator {
         let mut worst_after_plan: Vec<Option<f64>> = vec![None; n_lc];
         let mut load_sum = vec![0.0f64; n_lc];
         let mut fair_sum = 0.0;
+        let mut ratio_sum = 0.0;
         let mut tput_sum = 0.0;
         let mut counted = 0u64;
+        let mut share_sum = vec![0.0f64; self.shares.len()];
+        let mut np_sum = vec![0.0f64; self.scenario.be.len()];
+        let mut share_counted = 0u64;
         // The next decision, the one before it, and when its plan was
         // fully applied (an early decision needs a violation after that).
         let mut next_decision = interval;
@@ -349,6 +363,12 @@ impl Simulator {
             let total: u64 = self.shares.iter().sum();
             res.max_total_units = res.max_total_units.max(total);
             let count = t >= self.cfg.warmup_s;
+            if count {
+                for (sum, &x) in share_sum.iter_mut().zip(&self.shares) {
+                    *sum += x as f64;
+                }
+                share_counted += 1;
+            }
             for (i, lc) in self.scenario.lc.iter().enumerate() {
                 let noise = 1.0 + self.cfg.load_noise * gaussian(&mut self.rng);
                 let load = (lc.trace.at(t) * noise).max(0.0);
@@ -370,13 +390,16 @@ impl Simulator {
                 }
             }
             if count && !self.scenario.be.is_empty() {
-                let mut min_np = f64::INFINITY;
+                let (mut min_np, mut max_np) = (f64::INFINITY, 0.0f64);
                 for (j, b) in self.scenario.be.iter().enumerate() {
                     let np = b.np(self.shares[n_lc + j]);
+                    np_sum[j] += np;
                     min_np = min_np.min(np);
+                    max_np = max_np.max(np);
                     tput_sum += np * b.full_throughput;
                 }
                 fair_sum += min_np;
+                ratio_sum += if max_np > 0.0 { min_np / max_np } else { 1.0 };
                 counted += 1;
             }
             // Window t is over the SLO and began after the last plan was
@@ -397,7 +420,13 @@ impl Simulator {
         res.seconds = seconds;
         if counted > 0 {
             res.be_fairness = fair_sum / counted as f64;
+            res.be_min_over_max_np = ratio_sum / counted as f64;
             res.be_throughput = tput_sum / counted as f64;
+            res.be_mean_np = np_sum.iter().map(|x| x / counted as f64).collect();
+        }
+        res.vm_names = self.specs.iter().map(|s| s.name.clone()).collect();
+        if share_counted > 0 {
+            res.vm_mean_share = share_sum.iter().map(|x| x / share_counted as f64).collect();
         }
         res
     }
@@ -670,6 +699,22 @@ mod tests {
         };
         let mut sim = Simulator::new(cfg, paper_scenario(LoadTrace::Constant(0.9))).unwrap();
         sim.set_shares(&[28, 1, 1, 1, 1]);
-        assert_eq!(sim.run(None, 200).violation_rate(), 0.0);
+        let r = sim.run(None, 200);
+        assert_eq!(r.violation_rate(), 0.0);
+        // The per-VM figures of a run with fixed shares are those shares
+        // and the BE VMs' NP at them.
+        assert_eq!(r.vm_names[0], "redis");
+        assert_eq!(r.vm_mean_share, vec![28.0, 1.0, 1.0, 1.0, 1.0]);
+        let be = workload::paper_be();
+        let np: Vec<f64> = be.iter().map(|b| b.np(1)).collect();
+        assert_eq!(r.be_mean_np.len(), np.len());
+        for (got, want) in r.be_mean_np.iter().zip(&np) {
+            assert!((got - want).abs() < 1e-12, "{got} != {want}");
+        }
+        let (lo, hi) = np
+            .iter()
+            .fold((f64::INFINITY, 0.0f64), |(a, b), &x| (a.min(x), b.max(x)));
+        assert!((r.be_fairness - lo).abs() < 1e-12);
+        assert!((r.be_min_over_max_np - lo / hi).abs() < 1e-12);
     }
 }
