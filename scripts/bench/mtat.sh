@@ -9,7 +9,12 @@
 # LC max sustainable load against the all-FMem case, BE fairness and
 # throughput against hotness, SA against brute force, and decision time
 # and CPU at 8, 64 and 256 VMs. A calibration check comes first in the
-# output: hotness must show the paper's Table 4 violation pattern.
+# output: hotness must show the paper's Table 4 violation pattern. Each
+# summary has its per-VM mean shares and NP (`vms`); `mtat_lc_only` is the
+# paper's "MTAT (LC Only)" (mtat's LC sizing, the rest split by access
+# rate), beside Table 3's 80 % figures (`paper_table3_80`) and the best BE
+# fairness any split can reach at 80 % with the LC VM at the smallest
+# share that meets its SLO (`be_fairness_ceiling_80`).
 #
 # Uses the pretrained LC model policy/models/lc-sac.safetensors;
 # BENCH_MTAT_RETRAIN=1 trains a fresh one first with the command that made
