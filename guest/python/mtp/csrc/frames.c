@@ -5,8 +5,9 @@
  * PyFrame_GetLocals() would, before 3.13, copy the locals into a dict that
  * stays on the frame and keeps the objects alive, changing the program's
  * refcounts and object lifetimes. Reading localsplus directly takes no
- * reference. Only the locals (named variables, cells, free variables) are
- * read: a running frame's value stack top is not published at a GIL switch.
+ * reference. Only the locals (named variables, cells, free variables) and
+ * the frame's code, function and globals are read: a running frame's value
+ * stack top is not published at a GIL switch.
  */
 #define Py_BUILD_CORE
 #include "frames.h"
@@ -62,6 +63,8 @@ static void look_at(PyObject *op, struct frame_walk *w, unsigned int depth)
 	if (o) {
 		if (o->hits < MTP_HITS_MAX)
 			o->hits++;
+		/* read by the next sweep even if idle so far (else at its slice) */
+		mtp_activate(o);
 		w->r->hits++;
 	}
 	traverseproc traverse = Py_TYPE(op)->tp_traverse;
@@ -93,6 +96,15 @@ static PyCodeObject *frame_code(_PyInterpreterFrame *f)
 		(PyCodeObject *)f->f_executable : NULL;
 #else
 	return f->f_code;
+#endif
+}
+
+static PyObject *frame_func(_PyInterpreterFrame *f)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+	return f->f_funcobj;
+#else
+	return (PyObject *)f->f_func;
 #endif
 }
 
@@ -134,6 +146,19 @@ void mtp_sample_frames(unsigned int max_frames, struct mtp_frame_result *r)
 			for (int i = 0; i < code->co_nlocalsplus && w.budget; i++)
 				if (f->localsplus[i])
 					look_at(f->localsplus[i], &w, 0);
+			/*
+			 * What the interpreter reads to run the frame: its code
+			 * object (the bytecode and inline caches live in it), its
+			 * function and its module's globals (a dict: its key
+			 * table heats too). Read on every call and global
+			 * lookup, they never change a refcount across a sweep.
+			 * Sightings only: depth 2 looks at nothing beyond them.
+			 */
+			look_at((PyObject *)code, &w, 2);
+			if (frame_func(f))
+				look_at(frame_func(f), &w, 2);
+			if (f->f_globals)
+				look_at(f->f_globals, &w, 2);
 		}
 	}
 }

@@ -26,6 +26,8 @@ static size_t page_size;
 static int llc_fds[2] = { -1, -1 };
 static uint64_t llc_last[2];
 
+static int parse_room(PyObject *obj, int64_t *room);
+
 static int parse_nodes(PyObject *seq, uint8_t set[MTP_MAX_NODES])
 {
 	PyObject *fast = PySequence_Fast(seq, "nodes must be a sequence of node ids");
@@ -124,16 +126,19 @@ static PyObject *core_mark(PyObject *self, PyObject *args)
 
 static PyObject *core_sample(PyObject *self, PyObject *args)
 {
-	Py_ssize_t batch;
+	Py_ssize_t batch, slices = 1;
 	struct mtp_sample_result r;
 
-	if (!PyArg_ParseTuple(args, "n", &batch) || require_enabled(1))
+	if (!PyArg_ParseTuple(args, "n|n", &batch, &slices) || require_enabled(1))
 		return NULL;
 	if (batch < 1)
 		return PyErr_Format(PyExc_ValueError, "batch must be positive");
-	mtp_sample((size_t)batch, &r);
-	return Py_BuildValue("{sn sn}", "sampled", (Py_ssize_t)r.sampled,
-			     "skipped", (Py_ssize_t)r.skipped);
+	if (slices < 1 || slices > 1 << 20)
+		return PyErr_Format(PyExc_ValueError, "slices must be in [1, 2^20]");
+	mtp_sample((size_t)batch, (size_t)slices, &r);
+	return Py_BuildValue("{sn sn sn sn}", "sampled", (Py_ssize_t)r.sampled,
+			     "active", (Py_ssize_t)r.active, "skipped", (Py_ssize_t)r.skipped,
+			     "overflow", (Py_ssize_t)r.overflow);
 }
 
 static PyObject *core_sample_frames(PyObject *self, PyObject *args)
@@ -181,27 +186,31 @@ static PyObject *histograms_dict(const struct mtp_histograms *h)
 /* Folds this round's object heat into the page table and locates the pages. */
 static PyObject *core_update_pages(PyObject *self, PyObject *args)
 {
-	double k;
+	double k, alloc_heat = 0;
 	PyObject *slow_nodes;
 	uint8_t slow[MTP_MAX_NODES];
 	struct mtp_histograms h;
 	size_t n;
-	int rc, query;
+	int rc, query, full = 1;
 
-	if (!PyArg_ParseTuple(args, "dO", &k, &slow_nodes) || require_enabled(1))
+	if (!PyArg_ParseTuple(args, "dO|pd", &k, &slow_nodes, &full, &alloc_heat) ||
+	    require_enabled(1))
 		return NULL;
 	if (!(k > 0 && k <= 1))
 		return PyErr_Format(PyExc_ValueError, "cooling factor k must be in (0, 1]");
+	if (!(alloc_heat >= 0 && alloc_heat < 1e6))
+		return PyErr_Format(PyExc_ValueError, "alloc_heat must be in [0, 1e6)");
 	if (parse_nodes(slow_nodes, slow))
 		return NULL;
 	size_t heat_bytes;
-	struct mtp_heat *heat = mtp_collect_heat(&model, page_size, &n, &heat_bytes);
+	struct mtp_heat *heat = mtp_collect_heat(&model, page_size, full, alloc_heat, &n,
+						 &heat_bytes);
 
 	if (!heat)
 		return PyErr_NoMemory();
 	/* only this thread touches the page table: the program may run */
 	Py_BEGIN_ALLOW_THREADS
-	rc = mtp_pages_update(&pages, heat, n, k, 0.01);
+	rc = mtp_pages_update(&pages, heat, n, k, 0.01, full);
 	query = rc ? 0 : mtp_query_nodes(pages.page, pages.n, pages.node);
 	if (!rc)
 		mtp_histograms(pages.temp, pages.node, pages.n, slow, &h);
@@ -209,7 +218,8 @@ static PyObject *core_update_pages(PyObject *self, PyObject *args)
 	mtp_meta_free(heat, heat_bytes);
 	if (rc)
 		return PyErr_NoMemory();
-	return Py_BuildValue("{sn sN si}", "pages", (Py_ssize_t)pages.n,
+	return Py_BuildValue("{sn sn sN si}", "pages", (Py_ssize_t)pages.n,
+			     "heat_entries", (Py_ssize_t)n,
 			     "histograms", histograms_dict(&h), "query_errno", -query);
 }
 
@@ -268,14 +278,15 @@ static PyObject *core_move(PyObject *self, PyObject *args)
 	int fast_target, slow_target;
 	Py_ssize_t max;
 	double budget_ms = -1;
-	PyObject *slow_nodes;
+	PyObject *slow_nodes, *room_obj = Py_None;
+	int64_t room;
 	uint8_t slow[MTP_MAX_NODES];
 	struct mtp_move_result demoted = { 0 }, promoted = { 0 };
 	size_t nd = 0, np = 0;
 
-	if (!PyArg_ParseTuple(args, "IiiOn|d", &h, &fast_target, &slow_target, &slow_nodes, &max,
-			      &budget_ms) ||
-	    require_enabled(1))
+	if (!PyArg_ParseTuple(args, "IiiOn|dO", &h, &fast_target, &slow_target, &slow_nodes, &max,
+			      &budget_ms, &room_obj) ||
+	    require_enabled(1) || parse_room(room_obj, &room))
 		return NULL;
 	if (max < 0)
 		return PyErr_Format(PyExc_ValueError, "max_pages must not be negative");
@@ -295,7 +306,7 @@ static PyObject *core_move(PyObject *self, PyObject *args)
 		return PyErr_NoMemory();
 	}
 	Py_BEGIN_ALLOW_THREADS
-	mtp_select(pages.temp, pages.node, pages.n, slow, h, cap, demote, &nd, promote, &np);
+	mtp_select(pages.temp, pages.node, pages.n, slow, h, cap, room, demote, &nd, promote, &np);
 	t0 = mtp_now_ns();
 	if (budget_ms >= 0) {
 		uint64_t budget_ns = (uint64_t)(budget_ms * 1e6);
@@ -340,7 +351,10 @@ static PyObject *core_page_table(PyObject *self, PyObject *unused)
 
 static PyObject *core_counters(PyObject *self, PyObject *unused)
 {
-	return Py_BuildValue("{sn sn sn sn sn sn si sk}", "objects_tracked", (Py_ssize_t)mtp_table.live,
+	return Py_BuildValue("{sn sn sn sn sn sn sn sn si sk}",
+			     "objects_tracked", (Py_ssize_t)mtp_table.live,
+			     "objects_active", (Py_ssize_t)mtp_active_count(),
+			     "alloc_samples_pending", (Py_ssize_t)mtp_alloc_samples(),
 			     "objects_freed", (Py_ssize_t)mtp_freed_tracked,
 			     "tombstones", (Py_ssize_t)mtp_table.tombstones,
 			     "metadata_bytes", (Py_ssize_t)mtp_objtable_bytes(&mtp_table),
@@ -349,6 +363,18 @@ static PyObject *core_counters(PyObject *self, PyObject *unused)
 			     (Py_ssize_t)(pages.n * (sizeof(uint64_t) + sizeof(double) + sizeof(int))),
 			     "metadata_node", mtp_meta_node(),
 			     "metadata_bind_failures", mtp_meta_bind_failures());
+}
+
+static PyObject *core_set_alloc_every(PyObject *self, PyObject *arg)
+{
+	long every = PyLong_AsLong(arg);
+
+	if (every == -1 && PyErr_Occurred())
+		return NULL;
+	if (every < 0 || every > 1 << 30)
+		return PyErr_Format(PyExc_ValueError, "alloc_every %ld out of range", every);
+	mtp_set_alloc_every((unsigned int)every);
+	Py_RETURN_NONE;
 }
 
 static PyObject *core_set_metadata_node(PyObject *self, PyObject *arg)
@@ -589,20 +615,44 @@ static PyObject *core_cool(PyObject *self, PyObject *args)
 	return PyFloat_FromDouble(mtp_cool(prev, cur, k));
 }
 
-/* plan(temps, nodes, slow_nodes, h, max) -> (histograms, demote, promote) */
+/*
+ * room: pages FMem takes beyond its reserve (negative: its deficit), or
+ * None (unknown: every page below the threshold may be demoted).
+ */
+static int parse_room(PyObject *obj, int64_t *room)
+{
+	if (obj == Py_None) {
+		*room = MTP_ROOM_UNKNOWN;
+		return 0;
+	}
+	long long v = PyLong_AsLongLong(obj);
+
+	if (v == -1 && PyErr_Occurred())
+		return -1;
+	if (v <= -(1ll << 50) || v >= 1ll << 50) {
+		PyErr_Format(PyExc_ValueError, "room of %lld pages out of range", v);
+		return -1;
+	}
+	*room = v;
+	return 0;
+}
+
+/* plan(temps, nodes, slow_nodes, h, max, room=None) -> (histograms, demote, promote) */
 static PyObject *core_plan(PyObject *self, PyObject *args)
 {
 	PyObject *t_seq, *n_seq, *slow_nodes, *t = NULL, *nd = NULL, *res = NULL;
 	unsigned int h;
 	Py_ssize_t max, n;
+	PyObject *room_obj = Py_None;
+	int64_t room;
 	uint8_t slow[MTP_MAX_NODES];
 	double *temp = NULL;
 	int *node = NULL;
 	size_t *dem = NULL, *pro = NULL, ndem, npro;
 	struct mtp_histograms hist;
 
-	if (!PyArg_ParseTuple(args, "OOOIn", &t_seq, &n_seq, &slow_nodes, &h, &max) ||
-	    parse_nodes(slow_nodes, slow))
+	if (!PyArg_ParseTuple(args, "OOOIn|O", &t_seq, &n_seq, &slow_nodes, &h, &max, &room_obj) ||
+	    parse_nodes(slow_nodes, slow) || parse_room(room_obj, &room))
 		return NULL;
 	if (max < 0)
 		return PyErr_Format(PyExc_ValueError, "max must not be negative");
@@ -630,8 +680,8 @@ static PyObject *core_plan(PyObject *self, PyObject *args)
 			goto out;
 	}
 	mtp_histograms(temp, node, (size_t)n, slow, &hist);
-	mtp_select(temp, node, (size_t)n, slow, h, (size_t)(max < n ? max : n), dem, &ndem,
-		   pro, &npro);
+	mtp_select(temp, node, (size_t)n, slow, h, (size_t)(max < n ? max : n), room,
+		   dem, &ndem, pro, &npro);
 	{
 		PyObject *dl = PyList_New((Py_ssize_t)ndem), *pl = PyList_New((Py_ssize_t)npro);
 
@@ -661,10 +711,11 @@ static PyObject *core_fold(PyObject *self, PyObject *args)
 {
 	PyObject *tab, *heat_seq, *res = NULL;
 	double k, drop;
+	int full = 1;
 	struct mtp_pages t = { 0 };
 	struct mtp_heat *heat = NULL;
 
-	if (!PyArg_ParseTuple(args, "OOdd", &tab, &heat_seq, &k, &drop))
+	if (!PyArg_ParseTuple(args, "OOdd|p", &tab, &heat_seq, &k, &drop, &full))
 		return NULL;
 	PyObject *tf = PySequence_Fast(tab, "table must be a sequence");
 	PyObject *hf = tf ? PySequence_Fast(heat_seq, "heat must be a sequence") : NULL;
@@ -701,7 +752,7 @@ static PyObject *core_fold(PyObject *self, PyObject *args)
 			goto out;
 		heat[i].page = p;
 	}
-	if (mtp_pages_update(&t, heat, (size_t)nh, k, drop)) {
+	if (mtp_pages_update(&t, heat, (size_t)nh, k, drop, full)) {
 		PyErr_NoMemory();
 		goto out;
 	}
@@ -727,15 +778,19 @@ static PyMethodDef core_methods[] = {
 	{ "enable", core_enable, METH_VARARGS, "enable(model): start tracking objects" },
 	{ "disable", core_disable, METH_NOARGS, "disable(): stop and free all metadata" },
 	{ "mark", core_mark, METH_VARARGS, "mark(depth_limit, size_limit) -> dict" },
-	{ "sample", core_sample, METH_VARARGS, "sample(batch) -> dict" },
+	{ "sample", core_sample, METH_VARARGS,
+	  "sample(batch, slices=1) -> dict: active objects and one slice of the idle ones" },
 	{ "sample_frames", core_sample_frames, METH_VARARGS,
 	  "sample_frames(max_frames) -> dict: one sighting of other threads' frame locals" },
 	{ "update_pages", core_update_pages, METH_VARARGS,
-	  "update_pages(k, slow_nodes) -> dict" },
+	  "update_pages(k, slow_nodes, full=True, alloc_heat=0.0) -> dict" },
+	{ "set_alloc_every", core_set_alloc_every, METH_O,
+	  "set_alloc_every(n): sample every n-th allocation for allocation heat (0: off)" },
 	{ "set_metadata_node", core_set_metadata_node, METH_O,
 	  "set_metadata_node(node): the node MTP's own large arrays prefer (-1: default policy)" },
 	{ "move", core_move, METH_VARARGS,
-	  "move(h, fast_node, slow_node, slow_nodes, max_pages[, budget_ms]) -> dict" },
+	  "move(h, fast_node, slow_node, slow_nodes, max_pages[, budget_ms, room]) -> dict "
+	  "(room: pages FMem takes beyond its reserve, None: unknown)" },
 	{ "counters", core_counters, METH_NOARGS, "counters() -> dict" },
 	{ "page_table", core_page_table, METH_NOARGS,
 	  "page_table() -> [(page, temperature, node)] (diagnostics)" },
@@ -758,8 +813,8 @@ static PyMethodDef core_methods[] = {
 	{ "should_mark", core_should_mark, METH_VARARGS,
 	  "should_mark(collections, skipped, min_collections, max_skips) -> bool" },
 	{ "cool", core_cool, METH_VARARGS, "cool(previous, current, k) -> float" },
-	{ "plan", core_plan, METH_VARARGS, "plan(temps, nodes, slow_nodes, h, max)" },
-	{ "fold", core_fold, METH_VARARGS, "fold(table, heat, k, drop) -> table" },
+	{ "plan", core_plan, METH_VARARGS, "plan(temps, nodes, slow_nodes, h, max, room=None)" },
+	{ "fold", core_fold, METH_VARARGS, "fold(table, heat, k, drop, full=True) -> table" },
 	{ NULL, NULL, 0, NULL }
 };
 

@@ -23,13 +23,15 @@
  * in 44 bits, 8 bits of refcount baseline (a change of 128 or more between
  * two sweeps reads wrong; changes saturate at 15 anyway), sightings
  * saturating at 15, whether it is a dict or list (so that a migration round
- * reads only those objects, not every object's type), and eight 4-bit
- * changes saturating at MTP_CHANGE_MAX.
+ * reads only those objects, not every object's type), whether it is in the
+ * sweeps' active list (tracker.c: an object outside it has eight zero
+ * changes), and eight 4-bit changes saturating at MTP_CHANGE_MAX.
  */
 struct __attribute__((packed, aligned(4))) mtp_obj {
 	uint64_t key : MTP_KEY_BITS;	/* block start / 16, or EMPTY/TOMBSTONE */
 	uint64_t offset16 : 2;	/* pre-header size / 16 (GC head, managed dict) */
-	uint64_t skip : 2;	/* sampling phases still to skip (all-zero history) */
+	uint64_t active : 1;	/* in the sweep's active list (some change or sighting) */
+	uint64_t spare : 1;
 	uint64_t fresh : 1;	/* no sample yet: prev is not a baseline */
 	uint64_t pass : 1;	/* parity of the marking pass that traversed it */
 	uint64_t prev : 8;	/* low 8 bits of ob_refcnt at the last sample */

@@ -98,7 +98,7 @@ sort_all:
 }
 
 int mtp_pages_update(struct mtp_pages *t, struct mtp_heat *heat, size_t n, double k,
-		     double drop_below)
+		     double drop_below, int full)
 {
 	n = aggregate(heat, n);
 
@@ -115,10 +115,11 @@ int mtp_pages_update(struct mtp_pages *t, struct mtp_heat *heat, size_t n, doubl
 	}
 	while (i < t->n || j < n) {
 		if (j == n || (i < t->n && t->page[i] < heat[j].page)) {
-			/* no tracked object on this page this round: it cools */
+			/* no heat on this page this round: it cools */
 			double c = mtp_cool(t->temp[i], 0, k);
 
-			if (c >= drop_below) {
+			/* only a full round knows that no tracked object is left there */
+			if (c >= drop_below || !full) {
 				page[out] = t->page[i];
 				temp[out] = c;
 				node[out++] = t->node[i];
@@ -180,19 +181,41 @@ void mtp_histograms(const double *temp, const int *node, size_t n,
 }
 
 void mtp_select(const double *temp, const int *node, size_t n,
-		const uint8_t slow[MTP_MAX_NODES], unsigned int h, size_t max,
+		const uint8_t slow[MTP_MAX_NODES], unsigned int h, size_t max, int64_t room,
 		size_t *demote, size_t *n_demote, size_t *promote, size_t *n_promote)
 {
+	static const double band[] = { 1.0, MTP_ROOM_MIN_TEMP };
+	size_t want = max;
+
 	*n_demote = 0;
 	*n_promote = 0;
 	if (h >= MTP_BUCKETS)
 		return;
-	for (unsigned int b = 0; b < h && *n_demote < max; b++)
-		for (size_t i = 0; i < n && *n_demote < max; i++)
-			if (known(node[i]) && !slow[node[i]] && mtp_bucket(temp[i]) == b)
-				demote[(*n_demote)++] = i;
 	for (unsigned int b = MTP_BUCKETS; b-- > h && *n_promote < max;)
 		for (size_t i = 0; i < n && *n_promote < max; i++)
 			if (known(node[i]) && slow[node[i]] && mtp_bucket(temp[i]) == b)
 				promote[(*n_promote)++] = i;
+	/* free FMem beyond the promotions: bucket-0 pages with some signal */
+	size_t limit = room > 0 ? ((uint64_t)room < max ? (size_t)room : max) : 0;
+
+	for (size_t k = 0; k < 2 && *n_promote < limit; k++)
+		for (size_t i = 0; i < n && *n_promote < limit; i++)
+			if (known(node[i]) && slow[node[i]] && mtp_bucket(temp[i]) == 0 &&
+			    temp[i] >= band[k] && (k == 0 || temp[i] < band[0]))
+				promote[(*n_promote)++] = i;
+	/* demote what the promotions (and a deficit below the reserve) need */
+	if (room != MTP_ROOM_UNKNOWN) {
+		int64_t need = (int64_t)*n_promote - room;
+
+		want = need <= 0 ? 0 : ((uint64_t)need < max ? (size_t)need : max);
+	}
+	/* bucket 0 in two passes: pages without signal before the warm ones */
+	for (size_t i = 0; i < n && *n_demote < want; i++)
+		if (known(node[i]) && !slow[node[i]] && temp[i] < MTP_ROOM_MIN_TEMP)
+			demote[(*n_demote)++] = i;
+	for (unsigned int b = 0; b < h && *n_demote < want; b++)
+		for (size_t i = 0; i < n && *n_demote < want; i++)
+			if (known(node[i]) && !slow[node[i]] && mtp_bucket(temp[i]) == b &&
+			    (b || !(temp[i] < MTP_ROOM_MIN_TEMP)))
+				demote[(*n_demote)++] = i;
 }

@@ -13,6 +13,37 @@ static int hooked;
 static unsigned int history_pos;	/* slot of the next change, same for all */
 static uint8_t pass_parity;
 
+/*
+ * The sweeps' active list: slot indices of the objects with a non-zero
+ * change in their history or a pending sighting (their entry's active bit
+ * set). Every sweep reads these; the other objects, whose eight changes are
+ * all zero, are read one slice of the table per sweep. Rebuilt after every
+ * marking pass (the only time slots move or are reused).
+ */
+static uint32_t *active;
+static size_t n_active, cap_active;
+static size_t slice_pos;	/* the table slice the next sweep reads */
+
+/*
+ * Allocation samples: the block of every alloc_every-th allocation on the
+ * MEM and OBJ domains while tracking, in a ring that each migration round
+ * empties. Where the program allocates and frees, its pages are written:
+ * heat for pages the refcount signal cannot see (pools of short-lived
+ * objects, fresh key tables), none of it for the pages of long-lived data.
+ */
+#define ALLOC_RING 16384
+static uintptr_t alloc_ring[ALLOC_RING];
+static size_t alloc_ring_n;	/* samples since the last round (may exceed the ring) */
+static unsigned int alloc_every, alloc_countdown;
+
+static inline void alloc_sample(void *ptr)
+{
+	if (!alloc_every || !ptr || --alloc_countdown)
+		return;
+	alloc_countdown = alloc_every;
+	alloc_ring[alloc_ring_n++ % ALLOC_RING] = (uintptr_t)ptr;
+}
+
 static PyMemAllocatorEx inner_mem, inner_obj;
 
 static void drop_block(void *ptr)
@@ -24,15 +55,21 @@ static void drop_block(void *ptr)
 static void *hook_malloc(void *ctx, size_t size)
 {
 	PyMemAllocatorEx *inner = ctx;
+	void *p = inner->malloc(inner->ctx, size);
 
-	return inner->malloc(inner->ctx, size);
+	if (tracking)
+		alloc_sample(p);
+	return p;
 }
 
 static void *hook_calloc(void *ctx, size_t nelem, size_t elsize)
 {
 	PyMemAllocatorEx *inner = ctx;
+	void *p = inner->calloc(inner->ctx, nelem, elsize);
 
-	return inner->calloc(inner->ctx, nelem, elsize);
+	if (tracking)
+		alloc_sample(p);
+	return p;
 }
 
 static void *hook_realloc(void *ctx, void *ptr, size_t size)
@@ -41,8 +78,11 @@ static void *hook_realloc(void *ctx, void *ptr, size_t size)
 	void *moved = inner->realloc(inner->ctx, ptr, size);
 
 	/* a resized object (tuple, str) that moved is a new block */
-	if (moved && moved != ptr)
+	if (moved && moved != ptr) {
 		drop_block(ptr);
+		if (tracking)
+			alloc_sample(moved);
+	}
 	return moved;
 }
 
@@ -90,7 +130,28 @@ void mtp_hook_install(void)
 	/* else still installed (someone wrapped it): it starts tracking again */
 	tracking = 1;
 	history_pos = 0;
+	slice_pos = 0;
+	n_active = 0;
+	alloc_ring_n = 0;
+	alloc_countdown = alloc_every ? alloc_every : 1;
 	mtp_freed_tracked = 0;
+}
+
+void mtp_set_alloc_every(unsigned int every)
+{
+	alloc_every = every;
+	alloc_countdown = every ? every : 1;
+	alloc_ring_n = 0;
+}
+
+size_t mtp_alloc_samples(void)
+{
+	return alloc_ring_n;
+}
+
+size_t mtp_active_count(void)
+{
+	return n_active;
 }
 
 void mtp_hook_remove(void)
@@ -99,6 +160,10 @@ void mtp_hook_remove(void)
 
 	tracking = 0;
 	mtp_objtable_free(&mtp_table);
+	free(active);
+	active = NULL;
+	n_active = cap_active = 0;
+	alloc_ring_n = 0;
 	if (!hooked)
 		return;
 	PyMem_GetAllocator(PYMEM_DOMAIN_MEM, &cur_mem);
@@ -286,6 +351,8 @@ static int mark_root(PyObject *op, void *arg)
 	return w->nomem;
 }
 
+static void active_rebuild(void);
+
 int mtp_mark(unsigned int depth_limit, unsigned int size_limit, struct mtp_mark_result *r)
 {
 	struct mark_walk w = {
@@ -317,6 +384,7 @@ int mtp_mark(unsigned int depth_limit, unsigned int size_limit, struct mtp_mark_
 	mtp_gc_roots(mark_root, &w, &r->roots);
 	free(w.stack);
 	free(w.depth);
+	active_rebuild();
 	if (w.nomem) {
 		PyErr_NoMemory();
 		return -1;
@@ -324,48 +392,123 @@ int mtp_mark(unsigned int depth_limit, unsigned int size_limit, struct mtp_mark_
 	return 0;
 }
 
-void mtp_sample(size_t batch, struct mtp_sample_result *r)
+static int active_push(size_t idx)
+{
+	if (n_active == cap_active) {
+		size_t cap = cap_active ? 2 * cap_active : 4096;
+		uint32_t *a = realloc(active, cap * sizeof(*a));
+
+		if (!a)
+			return -1;
+		active = a;
+		cap_active = cap;
+	}
+	active[n_active++] = (uint32_t)idx;
+	return 0;
+}
+
+int mtp_activate(struct mtp_obj *o)
+{
+	if (o->active)
+		return 0;
+	/* no room: the object waits for its slice of the table */
+	if (active_push((size_t)(o - mtp_table.slots)))
+		return -1;
+	o->active = 1;
+	return 0;
+}
+
+/* After a pass moved or reused slots: the list from the entries' bits. */
+static void active_rebuild(void)
+{
+	n_active = 0;
+	for (size_t i = 0; i < mtp_table.cap; i++) {
+		struct mtp_obj *o = &mtp_table.slots[i];
+
+		if (!mtp_obj_live(o) || !o->active)
+			continue;
+		if (active_push(i))
+			o->active = 0;	/* read with its slice instead */
+	}
+}
+
+/* Reads one object's refcount change (plus sightings) into history slot @pos. */
+static void sample_one(struct mtp_obj *o, unsigned int pos)
+{
+	PyObject *op = (PyObject *)mtp_obj_address(o);
+	uint8_t now = (uint8_t)Py_REFCNT(op);
+	int64_t delta = (int8_t)(uint8_t)(now - o->prev);
+
+	if (delta < 0)
+		delta = -delta;
+	if (o->fresh)
+		delta = 0;	/* no baseline yet; sightings still count */
+	delta += o->hits;
+	mtp_obj_set_change(o, pos, (uint64_t)delta);
+	o->hits = 0;
+	o->prev = now;
+	o->fresh = 0;
+}
+
+void mtp_sample(size_t batch, size_t slices, struct mtp_sample_result *r)
 {
 	unsigned int pos = history_pos;
+	size_t done = 0;
 
 	memset(r, 0, sizeof(*r));
-	for (size_t i = 0; i < mtp_table.cap; i++) {
-		if (batch && i && i % batch == 0) {
+	if (!slices)
+		slices = 1;
+	/*
+	 * The active objects, every sweep. An object outside the list has
+	 * eight zero changes, so its slot for this sweep is already 0.
+	 */
+	for (size_t j = 0; j < n_active;) {
+		if (batch && ++done % batch == 0) {
 			/* let the program run; frees only turn entries into tombstones */
+			Py_BEGIN_ALLOW_THREADS
+			Py_END_ALLOW_THREADS
+		}
+		struct mtp_obj *o = &mtp_table.slots[active[j]];
+
+		if (!mtp_obj_live(o) || !o->active) {
+			active[j] = active[--n_active];	/* freed */
+			continue;
+		}
+		sample_one(o, pos);
+		r->sampled++;
+		r->active++;
+		if (!o->changes) {
+			/* idle for a whole history: back to the slices */
+			o->active = 0;
+			active[j] = active[--n_active];
+			continue;
+		}
+		j++;
+	}
+	/*
+	 * One slice of the table: the idle objects, each read every @slices
+	 * sweeps (its change is then the net change over that many sweeps).
+	 */
+	size_t cap = mtp_table.cap, s = slice_pos % slices;
+	size_t lo = cap / slices * s + (s < cap % slices ? s : cap % slices);
+	size_t hi = lo + cap / slices + (s < cap % slices);
+
+	for (size_t i = lo; i < hi && i < mtp_table.cap; i++) {
+		if (batch && ++done % batch == 0) {
 			Py_BEGIN_ALLOW_THREADS
 			Py_END_ALLOW_THREADS
 		}
 		struct mtp_obj *o = &mtp_table.slots[i];
 
-		if (!mtp_obj_live(o))
+		if (!mtp_obj_live(o) || o->active)
 			continue;
-		if (o->skip && !o->hits) {
-			o->skip--;
-			mtp_obj_set_change(o, pos, 0);
-			r->skipped++;
-			continue;
-		}
-		PyObject *op = (PyObject *)mtp_obj_address(o);
-		uint8_t now = (uint8_t)Py_REFCNT(op);
-		int64_t delta = (int8_t)(uint8_t)(now - o->prev);
-
-		if (delta < 0)
-			delta = -delta;
-		if (o->fresh)
-			delta = 0;	/* no baseline yet; sightings still count */
-		delta += o->hits;
-		mtp_obj_set_change(o, pos, (uint64_t)delta);
-		o->hits = 0;
-		o->skip = 0;
-		o->prev = now;
+		sample_one(o, pos);
 		r->sampled++;
-		if (o->fresh) {
-			o->fresh = 0;
-			continue;
-		}
-		if (!o->changes)
-			o->skip = 2;	/* untouched for a whole history: skip two phases */
+		if (o->changes && mtp_activate(o))
+			r->overflow++;
 	}
+	r->skipped = mtp_table.live > r->sampled ? mtp_table.live - r->sampled : 0;
+	slice_pos = (s + 1) % slices;
 	history_pos = (pos + 1) % MTP_HISTORY;
 }
 
@@ -420,11 +563,34 @@ static double memo_heat(struct heat_memo *memo, const struct mtp_model *m,
 	return e->heat;
 }
 
-struct mtp_heat *mtp_collect_heat(const struct mtp_model *m, size_t page_size, size_t *n,
-				  size_t *bytes)
+/* Appends @o's heat (and its table's, for a dict or list) to @heat. */
+static void add_heat(struct heat_memo *memo, const struct mtp_model *m, const struct mtp_obj *o,
+		     size_t page_size, struct mtp_heat *heat, size_t *n, size_t cap)
 {
-	/* room for a second page per object: dicts' and lists' storage */
-	size_t cap = 2 * (mtp_table.live ? mtp_table.live : 1);
+	if (*n >= cap)
+		return;
+	heat[*n].page = mtp_obj_address(o) & ~(uint64_t)(page_size - 1);
+	heat[*n].heat = memo_heat(memo, m, o);
+	/* only dicts and lists are read: the other objects' pages come from the key */
+	uintptr_t storage = o->storage ? mtp_storage_of((PyObject *)mtp_obj_address(o)) : 0;
+	uint64_t page = storage & ~(uint64_t)(page_size - 1);
+
+	(*n)++;
+	/* the reads go to the table too: it heats its own page */
+	if (storage && page != heat[*n - 1].page && *n < cap) {
+		heat[*n].page = page;
+		heat[*n].heat = heat[*n - 1].heat;
+		(*n)++;
+	}
+}
+
+struct mtp_heat *mtp_collect_heat(const struct mtp_model *m, size_t page_size, int full,
+				  double alloc_heat, size_t *n, size_t *bytes)
+{
+	size_t objects = full ? mtp_table.live : n_active;
+	size_t allocs = alloc_ring_n < ALLOC_RING ? alloc_ring_n : ALLOC_RING;
+	/* room for a second page per object (dicts' and lists' storage) and the allocations */
+	size_t cap = 2 * objects + allocs + 1;
 	struct mtp_heat *heat = mtp_meta_alloc(cap * sizeof(*heat));
 
 	*bytes = cap * sizeof(*heat);
@@ -437,35 +603,43 @@ struct mtp_heat *mtp_collect_heat(const struct mtp_model *m, size_t page_size, s
 		mtp_meta_free(heat, *bytes);
 		return NULL;
 	}
-	for (size_t i = 0; i < mtp_table.cap; i++) {
-		const struct mtp_obj *o = &mtp_table.slots[i];
-
+	if (!full) {
 		/*
-		 * Reading a dict's or list's table pointer is a cache miss:
-		 * start the one a few entries ahead now. A prefetch never faults.
+		 * Only the active objects have heat (the others' changes are
+		 * all zero); pages of idle objects only cool, which the page
+		 * table does for every page this round does not name.
 		 */
-		if (i + HEAT_PREFETCH < mtp_table.cap) {
-			const struct mtp_obj *ahead = &mtp_table.slots[i + HEAT_PREFETCH];
+		for (size_t j = 0; j < n_active; j++) {
+			const struct mtp_obj *o = &mtp_table.slots[active[j]];
 
-			if (mtp_obj_live(ahead) && ahead->storage)
-				__builtin_prefetch((const void *)mtp_obj_address(ahead));
+			if (mtp_obj_live(o) && o->active && !o->fresh)
+				add_heat(memo, m, o, page_size, heat, n, cap);
 		}
-		if (!mtp_obj_live(o) || o->fresh)
-			continue;
-		heat[*n].page = mtp_obj_address(o) & ~(uint64_t)(page_size - 1);
-		heat[*n].heat = memo_heat(memo, m, o);
-		/* only dicts and lists are read: the other objects' pages come from the key */
-		uintptr_t storage = o->storage ? mtp_storage_of((PyObject *)mtp_obj_address(o)) : 0;
-		uint64_t page = storage & ~(uint64_t)(page_size - 1);
+	} else {
+		for (size_t i = 0; i < mtp_table.cap; i++) {
+			const struct mtp_obj *o = &mtp_table.slots[i];
 
-		(*n)++;
-		/* the reads go to the table too: it heats its own page */
-		if (storage && page != heat[*n - 1].page && *n < cap) {
-			heat[*n].page = page;
-			heat[*n].heat = heat[*n - 1].heat;
-			(*n)++;
+			/*
+			 * Reading a dict's or list's table pointer is a cache
+			 * miss: start the one a few entries ahead now. A
+			 * prefetch never faults.
+			 */
+			if (i + HEAT_PREFETCH < mtp_table.cap) {
+				const struct mtp_obj *ahead = &mtp_table.slots[i + HEAT_PREFETCH];
+
+				if (mtp_obj_live(ahead) && ahead->storage)
+					__builtin_prefetch((const void *)mtp_obj_address(ahead));
+			}
+			if (mtp_obj_live(o) && !o->fresh)
+				add_heat(memo, m, o, page_size, heat, n, cap);
 		}
 	}
+	/* every sampled allocation since the last round heats its page */
+	for (size_t i = 0; i < allocs && *n < cap && alloc_heat > 0; i++) {
+		heat[*n].page = alloc_ring[i] & ~(uint64_t)(page_size - 1);
+		heat[(*n)++].heat = alloc_heat;
+	}
+	alloc_ring_n = 0;
 	free(memo);
 	return heat;
 }

@@ -19,7 +19,10 @@ struct mtp_mark_result {
 };
 
 struct mtp_sample_result {
-	size_t sampled, skipped;
+	size_t sampled;		/* refcounts read */
+	size_t active;		/* of them from the active list */
+	size_t skipped;		/* idle objects outside this sweep's slice */
+	size_t overflow;	/* active objects the list had no room for */
 };
 
 extern struct mtp_objtable mtp_table;
@@ -42,10 +45,26 @@ void mtp_hook_remove(void);
 int mtp_mark(unsigned int depth_limit, unsigned int size_limit, struct mtp_mark_result *r);
 
 /*
- * One sampling phase over every tracked object; drops the GIL every @batch
- * objects so that the program keeps running.
+ * One sampling phase: reads the refcount of every active object (a non-zero
+ * change in its history, or a pending sighting) and of the idle objects in
+ * one of @slices slices of the table, in turn, so that an idle object is
+ * read every @slices sweeps (1: every object every sweep). An object with a
+ * change joins the active list, one idle for a whole history leaves it.
+ * Drops the GIL every @batch objects so that the program keeps running.
  */
-void mtp_sample(size_t batch, struct mtp_sample_result *r);
+void mtp_sample(size_t batch, size_t slices, struct mtp_sample_result *r);
+
+/* Puts @o on the active list (read every sweep); -1 when out of memory. */
+int mtp_activate(struct mtp_obj *o);
+
+/* Objects on the active list (some dead ones until the next sweep). */
+size_t mtp_active_count(void);
+
+/* Samples every @every-th allocation's block for allocation heat (0: off). */
+void mtp_set_alloc_every(unsigned int every);
+
+/* Allocations sampled since the last migration round. */
+size_t mtp_alloc_samples(void);
 
 /*
  * Where a dict keeps its key (or split value) table and a list its item
@@ -57,11 +76,13 @@ uintptr_t mtp_storage_of(PyObject *op);
 struct mtp_obj *mtp_lookup(PyObject *op);
 
 /*
- * This round's heat per object: an array of (page, hotness) for every
- * tracked object with a full baseline. *n gets its length, *bytes the size
- * to give mtp_meta_free(); NULL and *n = 0 on ENOMEM.
+ * This round's heat: an array of (page, heat) for every tracked object
+ * (@full) or for the active ones (the only ones with heat; the page table
+ * then keeps the pages it does not see), plus @alloc_heat for each
+ * allocation sampled since the last round (which it forgets). *n gets its
+ * length, *bytes the size to give mtp_meta_free(); NULL and *n = 0 on ENOMEM.
  */
-struct mtp_heat *mtp_collect_heat(const struct mtp_model *m, size_t page_size, size_t *n,
-				  size_t *bytes);
+struct mtp_heat *mtp_collect_heat(const struct mtp_model *m, size_t page_size, int full,
+				  double alloc_heat, size_t *n, size_t *bytes);
 
 #endif

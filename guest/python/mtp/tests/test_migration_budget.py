@@ -104,7 +104,9 @@ def test_tuning_budget_reaches_the_tracer(two_nodes):
     the fake topology's node 1 (missing on this host: counted failures) stop
     after one chunk and the rest is reported as deferred."""
     data = [[i] for i in range(60000)]
-    tuning = mtp.Tuning(samples_per_migration=1, max_migration_ms=0, fmem_reserve=0,
+    # a reserve beyond the fake node 0's free memory: FMem counts as full,
+    # so a round demotes every cold page (demotion is demand-driven)
+    tuning = mtp.Tuning(samples_per_migration=1, max_migration_ms=0, fmem_reserve=1 << 40,
                         max_migration_share=1.0)
     mtp.start(mask=[1], mem_pressure=2 << 30, sample_interval=1e6, tuning=tuning)
     try:

@@ -216,7 +216,8 @@ def main() -> int:
                 "pages_deferred", "migration_budget_hits", "migration_max_s",
                 "frame_samples", "frame_hits", "time_frame_sampling", "sweep_wait",
                 "last_error", "pages_by_node", "move_failures_by_errno",
-                "migrations_deferred", "metadata_node", "metadata_bind_failures")
+                "migrations_deferred", "metadata_node", "metadata_bind_failures",
+                "sweep_last_s", "sweep_last_read", "migrations_full", "objects_active")
         out["mtp_stats"] = {k: stats[k] for k in keep if k in stats}
     print("@@MTPW " + json.dumps(out, sort_keys=True), flush=True)
     return 0

@@ -57,12 +57,17 @@ def main():
     # Ticks back to back, no program time between them: the time bounds
     # (per-round budget, migration share) would defer most of the rounds
     # this check is about; test_migration_budget.py covers them.
-    tuning = mtp.Tuning(max_migration_ms=None, max_migration_share=1.0)
+    # MTP demotes only what promotions (and free FMem below fmem_reserve)
+    # need, and node 0 here is mostly free: the first session has a reserve
+    # beyond node 0's size, so FMem counts as full and every round demotes
+    # what is cold; the second has the default reserve, so the pages that
+    # turn hot come back into free FMem.
+    tuning = mtp.Tuning(max_migration_ms=None, max_migration_share=1.0, fmem_reserve=1 << 40)
     mtp.start(mask=[1], mem_pressure=float("inf"), sample_interval=3600, tuning=tuning)
     before = pages_on(1)
     for _ in range(3 * per_round):
         mtp._tick()
-    s1 = mtp.stats()
+    s1 = mtp.end()
     after_demote = pages_on(1)
     # Heat objects that were demoted: only promotion brings them back. The
     # bookkeeping holds addresses, not references: a reference held on every
@@ -74,6 +79,8 @@ def main():
     heated_pages = {i & ~4095 for i in heated_ids}
     rest_pages = {i & ~4095 for i in ids if i not in heated_ids} - heated_pages
     del ids
+    tuning = mtp.Tuning(max_migration_ms=None, max_migration_share=1.0)
+    mtp.start(mask=[1], mem_pressure=float("inf"), sample_interval=3600, tuning=tuning)
     held = heat(heated, 4 * per_round)
     s2 = mtp.end()
     hot_share, cold_share = fmem_share(heated_pages), fmem_share(rest_pages)
@@ -91,7 +98,7 @@ def main():
                       "migration": s2["migration"], "last_error": s2["last_error"]}))
     # cold pages left FMem, the pages of objects that turned hot came back
     ok = (s1["pages_demoted"] > 0 and after_demote > before and len(heated) >= 1000
-          and s2["pages_promoted"] > s1["pages_promoted"] and s2["last_error"] is None
+          and s2["pages_promoted"] > 0 and s2["last_error"] is None
           and hot_share >= 0.8 and cold_share <= 0.2)
     print("MTP-CHECK", "PASS" if ok else "FAIL")
     return 0 if ok else 1

@@ -38,11 +38,23 @@ class Tuning:
     min_collections: int = 4  # Fig. 2: fewer GC runs since the last pass skip it
     max_skips: int = 4  # ...unless this many passes were skipped with some GC
     max_marking_share: float = 0.05  # marking may take at most this share of traced time
-    fmem_reserve: int = 64 << 20  # FMem bytes promotions never use without demotions
+    # FMem bytes kept free: promotions beyond the free memory above it need
+    # demotions, and free memory below it is a deficit MTP demotes
+    fmem_reserve: int = 64 << 20
     history: int = 8  # eagerness z-score window
     frame_samples: int = 16  # frame-sampler looks per sample interval (0: off)
     frame_depth: int = 64  # frames per thread the frame sampler reads
     max_sampling_share: float = 0.1  # sweeps plus frame samples: at most this share of time
+    # A sweep reads the active objects (a change in their history or a
+    # sighting) and one of this many slices of the idle ones, in turn: an
+    # idle object is read every sweep_slices sweeps (1: every sweep; odd, so
+    # that a pattern of period 2 does not alias with it). A
+    # migration round sums the heat of every object every sweep_slices
+    # rounds, of the active ones (the only ones with heat) in between.
+    sweep_slices: int = 5
+    # every alloc_every-th allocation heats its page by alloc_heat (0: off)
+    alloc_every: int = 32
+    alloc_heat: float = 1.0
     # MTP's own tables prefer the slow node with the most free memory, so
     # that they do not take FMem from the program (False: default policy)
     metadata_on_slow: bool = True
@@ -52,6 +64,14 @@ class Tuning:
             raise ValueError("frame_samples must be >= 0 and frame_depth >= 1")
         if not 0 < self.max_sampling_share < 1:
             raise ValueError("max_sampling_share must be in (0, 1)")
+        for name in ("sweep_slices", "alloc_every"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 1 << 20:
+                raise ValueError(f"{name} must be an int in [0, 2^20]")
+        if self.sweep_slices < 1:
+            raise ValueError("sweep_slices must be at least 1")
+        if not 0 <= self.alloc_heat < 1e6:
+            raise ValueError("alloc_heat must be in [0, 1e6)")
         if isinstance(self.max_pages, bool) or not isinstance(self.max_pages, int) \
                 or self.max_pages < 0:
             raise ValueError("max_pages must be a non-negative int")
@@ -93,6 +113,8 @@ class Tracer:
         self.last_mark_took = 0.0
         self.started = time.perf_counter()
         self.samples_since_migration = 0
+        self.partial_rounds = 0  # migration rounds since the last full one
+        self.full_round_due = True
         self.llc_history: list[float] = []
         self.bw_history: list[float] = []
         self.previous_eager: float | None = None
@@ -129,6 +151,8 @@ class Tracer:
             "frame_hits": 0,
             "sweep_wait": interval,
             "sweep_last_s": 0.0,
+            "sweep_last_read": 0,
+            "migrations_full": 0,
             "time_migrating": 0.0,
             "last_error": None,
         }
@@ -143,6 +167,7 @@ class Tracer:
             node = max(self.slow, key=_topology.free_bytes)
         _core.set_metadata_node(node)
         _core.enable(MODEL)
+        _core.set_alloc_every(self.tuning.alloc_every)
         self._thread = threading.Thread(target=self._run, name="mtp", daemon=True)
         self._thread.start()
 
@@ -211,8 +236,9 @@ class Tracer:
             self.s["state"] = "tracing"
             self._maybe_mark()
             t = time.perf_counter()
-            _core.sample(self.tuning.batch)
+            r = _core.sample(self.tuning.batch, self.tuning.sweep_slices)
             took = time.perf_counter() - t
+            self.s["sweep_last_read"] = r["sampled"]
             self.s["time_sampling"] += took
             self.s["sweep_last_s"] = took
             self.s["samples"] += 1
@@ -266,6 +292,7 @@ class Tracer:
         self.depth_limit = _core.next_limit(self.depth_limit, took, budget)
         self.size_limit = _core.next_limit(self.size_limit, took, budget)
         self.s["markings"] += 1
+        self.full_round_due = True  # new objects' pages enter the page table
         self.s["objects_marked_last"] = r["added"]
         self.s["depth_limit"] = self.depth_limit
         self.s["size_limit"] = self.size_limit
@@ -281,14 +308,24 @@ class Tracer:
 
     def _migrate(self) -> None:
         self.s["migrations"] += 1
-        r = _core.update_pages(self.tuning.k, self.slow)
+        # every sweep_slices rounds (and first) every object: pages of idle
+        # objects enter the table and pages left without objects leave it
+        full = self.full_round_due or self.partial_rounds + 1 >= self.tuning.sweep_slices
+        if full:
+            self.partial_rounds = 0
+            self.full_round_due = False
+            self.s["migrations_full"] += 1
+        else:
+            self.partial_rounds += 1
+        r = _core.update_pages(self.tuning.k, self.slow, full, self.tuning.alloc_heat)
         hist = r["histograms"]
         if r["query_errno"]:
             self.s["migration"] = f"cannot locate pages (move_pages errno {r['query_errno']})"
             return
-        # FMem free memory above the reserve takes promotions without demotions
-        room = max(0, self.fmem_free() - self.tuning.fmem_reserve) // PAGE_SIZE
-        h = _core.threshold(hist["fast"], hist["slow"], room)
+        # FMem free memory above the reserve takes promotions without
+        # demotions; below it, the deficit is to be demoted
+        room = (self.fmem_free() - self.tuning.fmem_reserve) // PAGE_SIZE
+        h = _core.threshold(hist["fast"], hist["slow"], max(0, room))
         if self.slow:
             fast_pages, slow_pages = sum(hist["fast"]), sum(hist["slow"])
             total = fast_pages + slow_pages
@@ -322,7 +359,7 @@ class Tracer:
             return
         budget = self.tuning.max_migration_ms
         m = _core.move(h, fast_target, slow_target, self.slow, self.tuning.max_pages,
-                       -1.0 if budget is None else float(budget))
+                       -1.0 if budget is None else float(budget), room)
         self.s["pages_demoted"] += m["demoted"]
         self.s["pages_promoted"] += m["promoted"]
         deferred = m["demote_deferred"] + m["promote_deferred"]
