@@ -141,6 +141,12 @@ impl ChainBuffers {
         Some((head, parsed))
     }
 
+    /// The device-readable buffers, in order (each checked to lie in
+    /// guest RAM), for I/O straight from guest memory.
+    pub fn readable_buffers(&self) -> &[(GuestAddress, u32)] {
+        &self.readable
+    }
+
     /// Bytes the device may read.
     pub fn readable_len(&self) -> u64 {
         self.readable_len

@@ -10,19 +10,32 @@
 //! descriptors are detached so the kernel steers no flow to them.
 //!
 //! Features: `VIRTIO_F_VERSION_1`, `VIRTIO_NET_F_MAC` (and `_MTU` when an
-//! MTU is configured), checksum and TSO offloads both ways (see
-//! [`offload`]). Every frame sits behind the 12-byte header, which the TAP
+//! MTU is configured), `VIRTIO_NET_F_MRG_RXBUF`, `VIRTIO_RING_F_EVENT_IDX`,
+//! checksum and TSO offloads both ways (see [`offload`]). Every frame sits behind the 12-byte header, which the TAP
 //! speaks too (see [`super::tap`]), so offloaded frames pass through with
 //! the header the other side wrote, less what was not negotiated. The
 //! device thread moves frames with non-blocking reads and writes:
 //!
-//! * RX: a frame is read from the TAP and put in the next receive buffer.
-//!   When the guest has no buffer left, the frame is kept, the TAP is taken
-//!   out of the epoll set (no spinning on a readable TAP) and put back on
-//!   the next RX queue notification. A frame larger than the buffer is
-//!   dropped and counted; the buffer is kept for the next frame.
+//! * RX: a frame is read from the TAP and put in the next receive buffer,
+//!   or, with mergeable buffers (`VIRTIO_NET_F_MRG_RXBUF`, always offered,
+//!   as upstream), in as many buffers as it takes, their count in the
+//!   header's `num_buffers`. When the guest has too few buffers left, the
+//!   frame (and the buffers already taken for it) is kept, the TAP is
+//!   taken out of the epoll set (no spinning on a readable TAP) and put
+//!   back on the next RX queue notification. A frame larger than the
+//!   buffer (without mergeable buffers) or than the whole ring (with them)
+//!   is dropped and counted; the buffers are kept for the next frame.
 //! * TX: each chain (device-readable only) is written to the TAP as one
-//!   frame, with the header fields no offload feature allows cleared.
+//!   frame, with the header fields no offload feature allows cleared: one
+//!   `writev` of a filtered copy of the header and the chain's buffers in
+//!   guest memory (a copy through a bounce buffer when a buffer crosses
+//!   memory regions or the chain has more than 64 pieces).
+//!
+//! Notifications (`VIRTIO_RING_F_EVENT_IDX`, offered): TX drains its ring
+//! with the guest's kicks suppressed and asks for the next one when empty;
+//! RX asks for one only when it runs out of buffers; interrupts follow the
+//! driver's `used_event`. A pass stopped by its bound with work left
+//! writes its own queue eventfd to come back.
 //!
 //! Chains come from the guest: wrong direction, bad lengths or buffers
 //! outside RAM are returned unused, counted, and the first is logged.
@@ -35,8 +48,11 @@ use std::sync::Arc;
 
 use log::{info, warn};
 use virtio_bindings::virtio_net::{
-    VIRTIO_NET_F_CTRL_VQ, VIRTIO_NET_F_MAC, VIRTIO_NET_F_MQ, VIRTIO_NET_F_MTU, VIRTIO_NET_S_LINK_UP,
+    VIRTIO_NET_F_CTRL_VQ, VIRTIO_NET_F_MAC, VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF,
+    VIRTIO_NET_F_MTU, VIRTIO_NET_S_LINK_UP,
 };
+use virtio_bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX;
+use vm_memory::{Address, GuestMemoryBackend};
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 
@@ -63,6 +79,9 @@ const RX_TOKEN: u64 = 0;
 const TX_TOKEN: u64 = 1;
 const TAP_TOKEN: u64 = 2;
 const CTRL_TOKEN: u64 = 3;
+/// Most pieces a frame is written to the TAP from without a copy: the
+/// header and the chain's buffers (Linux uses at most MAX_SKB_FRAGS + 2).
+const TX_IOVECS: usize = 64;
 /// Most queue pairs a NIC may have (`num_queues` up to 128).
 pub const MAX_QUEUE_PAIRS: usize = 64;
 
@@ -222,6 +241,8 @@ impl VirtioDevice for Net {
     fn features(&self) -> u64 {
         let mut f = (1u64 << VIRTIO_F_VERSION_1)
             | (1u64 << VIRTIO_NET_F_MAC)
+            | (1u64 << VIRTIO_NET_F_MRG_RXBUF)
+            | (1u64 << VIRTIO_RING_F_EVENT_IDX)
             | offload::offered(self.options.offload_csum, self.options.offload_tso);
         if self.options.mtu.is_some() {
             f |= 1u64 << VIRTIO_NET_F_MTU;
@@ -287,9 +308,13 @@ impl Net {
         queues: Vec<ActiveQueue>,
     ) -> Result<Vec<Box<dyn EventHandler>>, ActivateError> {
         let features = self.acked.unwrap_or(0);
+        let event_idx = features & (1u64 << VIRTIO_RING_F_EVENT_IDX) != 0;
         let (count, ctrl_index) = self.layout(features);
         let mut by_index: Vec<Option<ActiveQueue>> = (0..count).map(|_| None).collect();
-        for q in queues {
+        for mut q in queues {
+            // Section 2.7.10: every queue of the device, the control
+            // queue too, suppresses notifications by event index.
+            q.queue.set_event_idx(event_idx);
             let i = q.index;
             match by_index.get_mut(i) {
                 Some(slot) => *slot = Some(q),
@@ -342,6 +367,7 @@ impl Net {
             // Below MAX_QUEUE_PAIRS.
             server.pair = pair as u16;
             server.offloads = offloads;
+            server.mrg_rxbuf = features & (1u64 << VIRTIO_NET_F_MRG_RXBUF) != 0;
             if pair == 0 {
                 server.ctrl = ctrl.take();
                 server.taps = Some(self.taps.clone());
@@ -381,6 +407,22 @@ struct Server {
     /// RX notification.
     tap_registered: bool,
     tx_frame: Vec<u8>,
+    /// Whether the driver negotiated `VIRTIO_NET_F_MRG_RXBUF`.
+    mrg_rxbuf: bool,
+    /// Receive chains taken for the pending frame (mergeable buffers
+    /// only), in ring order, and their writable bytes.
+    rx_held: Vec<ChainBuffers>,
+    rx_held_len: u64,
+}
+
+/// What the RX loop does after a frame.
+enum RxStep {
+    /// Go on with the next frame.
+    Next,
+    /// The guest has too few buffers for the pending frame.
+    NoBuffers,
+    /// The used ring is broken: stop until the next event.
+    Stop,
 }
 
 impl EventHandler for Server {
@@ -473,6 +515,9 @@ impl Server {
             tap_armed: true,
             tap_registered: true,
             tx_frame: vec![0u8; MAX_PACKET],
+            mrg_rxbuf: false,
+            rx_held: Vec::new(),
+            rx_held_len: 0,
         }
     }
 
@@ -563,7 +608,12 @@ impl Server {
         self.arm_tap(epoll, true);
         let mut used = false;
         // Bounded so TX gets its turn under a flood; epoll (level
-        // triggered) brings us back while the TAP stays readable.
+        // triggered) brings us back while the TAP stays readable, and the
+        // RX eventfd when a frame is pending (see below).
+        let mut budget_spent = true;
+        // One more look after re-enabling notifications, not a loop: an
+        // avail index the ring cannot hold reads as "more" forever.
+        let mut looked_again = false;
         for _ in 0..usize::from(self.rx.size()).max(1) * 2 {
             let len = match self.rx_pending {
                 Some(len) => len,
@@ -576,93 +626,317 @@ impl Server {
                         self.rx_pending = Some(n);
                         n
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        budget_spent = false;
+                        break;
+                    }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     // The TAP went away under us (deleted on the host):
                     // it polls as an error forever, so stop watching it
                     // until the next RX notification.
                     Err(e) if e.raw_os_error() == Some(libc::EBADFD) => {
                         self.unregister_tap(epoll);
+                        budget_spent = false;
                         break;
                     }
                     Err(e) => {
                         self.tap_error("reading", &e);
+                        budget_spent = false;
                         break;
                     }
                 },
             };
-            let Some((head, parsed)) = ChainBuffers::pop(&mut self.rx, &self.mem) else {
-                // Keep the frame; wait for the guest's next RX notification.
-                self.metrics.rx_no_buffers.fetch_add(1, Ordering::Relaxed);
-                self.arm_tap(epoll, false);
-                break;
+            let step = if self.mrg_rxbuf {
+                self.rx_mergeable(len, &mut used)
+            } else {
+                self.rx_single(len, &mut used)
             };
-            let written = match parsed {
-                Err(e) => {
-                    self.count_bad(&e.to_string());
-                    0
-                }
-                Ok(b) if b.readable_len() != 0 => {
-                    self.count_bad("receive buffer with device-readable descriptors");
-                    0
-                }
-                Ok(b) if b.writable_len() < len as u64 => {
-                    // Drop the frame, keep the buffer for the next one.
-                    if self.metrics.rx_dropped.fetch_add(1, Ordering::Relaxed) == 0 {
-                        warn!(
-                            "net: {len}-byte frame does not fit a {}-byte receive buffer; dropped",
-                            b.writable_len()
-                        );
+            match step {
+                RxStep::Next => {}
+                RxStep::NoBuffers => {
+                    // Ask for a notification when buffers come (with
+                    // EVENT_IDX the RX queue's kicks are otherwise left
+                    // suppressed), then look once more: some may have
+                    // come in between.
+                    if !looked_again && self.rx.enable_notification(&self.mem).unwrap_or(false) {
+                        looked_again = true;
+                        continue;
                     }
-                    self.rx_pending = None;
-                    self.rx.set_next_avail(self.rx.next_avail().wrapping_sub(1));
-                    continue;
+                    // Keep the frame; wait for the guest's next RX notification.
+                    self.metrics.rx_no_buffers.fetch_add(1, Ordering::Relaxed);
+                    self.arm_tap(epoll, false);
+                    budget_spent = false;
+                    break;
                 }
-                Ok(b) => self.deliver(&b, len),
-            };
-            if let Err(e) = self.rx.add_used(&self.mem, head, written) {
-                self.count_bad(&format!("adding used RX buffer {head}: {e}"));
-                break;
+                RxStep::Stop => {
+                    budget_spent = false;
+                    break;
+                }
             }
-            used = true;
+        }
+        if budget_spent && self.rx_pending.is_some() {
+            // The TAP may not be readable any more: come back for the
+            // pending frame after the other events.
+            self.reschedule(&self.rx_evt);
         }
         if used {
             self.notify(RX_QUEUE);
         }
     }
 
+    /// Makes the loop call us again for `evt`'s queue.
+    fn reschedule(&self, evt: &EventFd) {
+        if let Err(e) = evt.write(1) {
+            warn!("net: rescheduling a queue: {e}");
+        }
+    }
+
+    /// Puts the pending `len`-byte frame in the next receive buffer, one
+    /// chain per frame (no mergeable buffers).
+    fn rx_single(&mut self, len: usize, used: &mut bool) -> RxStep {
+        let Some((head, parsed)) = ChainBuffers::pop(&mut self.rx, &self.mem) else {
+            return RxStep::NoBuffers;
+        };
+        let written = match parsed {
+            Err(e) => {
+                self.count_bad(&e.to_string());
+                0
+            }
+            Ok(b) if b.readable_len() != 0 => {
+                self.count_bad("receive buffer with device-readable descriptors");
+                0
+            }
+            Ok(b) if b.writable_len() < len as u64 => {
+                // Drop the frame, keep the buffer for the next one.
+                self.drop_pending(len, b.writable_len());
+                self.rx.set_next_avail(self.rx.next_avail().wrapping_sub(1));
+                return RxStep::Next;
+            }
+            Ok(b) => self.deliver(&b, len),
+        };
+        self.give_rx(head, written, used)
+    }
+
+    /// Returns receive buffer `head` with `written` bytes; Stop when the
+    /// used ring cannot be written.
+    fn give_rx(&mut self, head: u16, written: u32, used: &mut bool) -> RxStep {
+        if let Err(e) = self.rx.add_used(&self.mem, head, written) {
+            self.count_bad(&format!("adding used RX buffer {head}: {e}"));
+            return RxStep::Stop;
+        }
+        *used = true;
+        RxStep::Next
+    }
+
+    /// Drops the pending `len`-byte frame: `room` bytes of buffers can
+    /// never hold it.
+    fn drop_pending(&mut self, len: usize, room: u64) {
+        if self.metrics.rx_dropped.fetch_add(1, Ordering::Relaxed) == 0 {
+            warn!("net: {len}-byte frame does not fit {room} bytes of receive buffers; dropped");
+        }
+        self.rx_pending = None;
+    }
+
+    /// Puts the pending `len`-byte frame in as many receive buffers as it
+    /// takes (`VIRTIO_NET_F_MRG_RXBUF`, virtio 1.2 section 5.1.6.4):
+    /// chains are taken from the ring and held until they hold the whole
+    /// frame, then returned together, in order, the first one's header
+    /// saying how many (`num_buffers`). Short of buffers, the frame and
+    /// the chains already taken wait for the guest's next notification;
+    /// nothing is truncated.
+    fn rx_mergeable(&mut self, len: usize, used: &mut bool) -> RxStep {
+        let need = len as u64;
+        while self.rx_held_len < need {
+            if self.rx_held.len() >= usize::from(self.rx.size()) {
+                // Every buffer the ring can hold is taken and the frame
+                // still does not fit: it never will. The buffers stay for
+                // the next frame.
+                self.drop_pending(len, self.rx_held_len);
+                return RxStep::Next;
+            }
+            let Some((head, parsed)) = ChainBuffers::pop(&mut self.rx, &self.mem) else {
+                return RxStep::NoBuffers;
+            };
+            // Returned unused at once: before this frame's buffers in the
+            // used ring, so a packet's buffers stay consecutive.
+            let bad = match parsed {
+                Err(e) => e.to_string(),
+                Ok(b) if b.readable_len() != 0 => {
+                    "receive buffer with device-readable descriptors".into()
+                }
+                // Section 5.1.6.3.1: each buffer at least the header.
+                Ok(b) if b.writable_len() < VNET_HDR_LEN as u64 => {
+                    "mergeable receive buffer shorter than the 12-byte header".into()
+                }
+                Ok(b) => {
+                    self.rx_held_len += b.writable_len();
+                    self.rx_held.push(b);
+                    continue;
+                }
+            };
+            self.count_bad(&bad);
+            if let RxStep::Stop = self.give_rx(head, 0, used) {
+                return RxStep::Stop;
+            }
+        }
+        // The fewest held buffers that hold the frame (after a dropped
+        // frame the held ones may be more than this one needs).
+        let mut count = 0;
+        let mut room = 0u64;
+        while room < need {
+            room += self.rx_held[count].writable_len();
+            count += 1;
+        }
+        let chains: Vec<ChainBuffers> = self.rx_held.drain(..count).collect();
+        self.rx_held_len -= chains.iter().map(ChainBuffers::writable_len).sum::<u64>();
+        // count <= queue size <= 32768.
+        self.offloads
+            .fill_rx(&mut self.rx_frame[..len], count as u16);
+        let mut lens = Vec::with_capacity(count);
+        let mut off = 0usize;
+        let mut ok = true;
+        for c in &chains {
+            // At most len - off, which is a usize.
+            let n = c.writable_len().min((len - off) as u64) as usize;
+            ok &= c
+                .write_at(&self.mem, 0, &self.rx_frame[off..off + n])
+                .is_ok();
+            // n <= MAX_PACKET.
+            lens.push(n as u32);
+            off += n;
+        }
+        if ok {
+            self.count_rx(len);
+        } else {
+            // Parsed buffers lie in guest RAM, so only a change of guest
+            // memory gets here: each buffer goes back empty (a runt the
+            // driver drops), the frame with them.
+            self.count_bad("receive buffer outside guest memory");
+            self.metrics.rx_dropped.fetch_add(1, Ordering::Relaxed);
+            lens.iter_mut().for_each(|l| *l = 0);
+        }
+        self.rx_pending = None;
+        for (c, n) in chains.iter().zip(lens) {
+            if let RxStep::Stop = self.give_rx(c.head, n, used) {
+                return RxStep::Stop;
+            }
+        }
+        RxStep::Next
+    }
+
+    fn count_rx(&self, len: usize) {
+        self.metrics.rx_frames.fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .rx_bytes
+            .fetch_add((len - VNET_HDR_LEN) as u64, Ordering::Relaxed);
+    }
+
     /// Copies the pending frame into `b`; returns the used length.
     fn deliver(&mut self, b: &ChainBuffers, len: usize) -> u32 {
-        self.offloads.fill_rx(&mut self.rx_frame[..len]);
+        self.offloads.fill_rx(&mut self.rx_frame[..len], 1);
         if b.write_at(&self.mem, 0, &self.rx_frame[..len]).is_err() {
             self.count_bad("receive buffer outside guest memory");
             return 0;
         }
         self.rx_pending = None;
-        self.metrics.rx_frames.fetch_add(1, Ordering::Relaxed);
-        self.metrics
-            .rx_bytes
-            .fetch_add((len - VNET_HDR_LEN) as u64, Ordering::Relaxed);
+        self.count_rx(len);
         // len <= MAX_PACKET.
         len as u32
     }
 
-    /// Sends every frame the guest queued.
+    /// Writes the chain's frame to the TAP straight from guest memory
+    /// (one `writev`, no copy of the payload): the header from a local
+    /// copy, filtered as [`Offloads::filter_tx`] says (so the guest cannot
+    /// change it between the filter and the TAP's checks), the rest from
+    /// the chain's buffers. None when the chain does not lend itself (more
+    /// than [`TX_IOVECS`] pieces, a buffer across two memory regions, a
+    /// header that cannot be read): the caller copies instead.
+    fn send_gather(&self, b: &ChainBuffers) -> Option<io::Result<usize>> {
+        let mut hdr = [0u8; VNET_HDR_LEN];
+        b.read_at(&self.mem, 0, &mut hdr).ok()?;
+        self.offloads.filter_tx(&mut hdr);
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; TX_IOVECS];
+        iov[0] = libc::iovec {
+            iov_base: hdr.as_mut_ptr().cast(),
+            iov_len: hdr.len(),
+        };
+        let mut n = 1;
+        let mut skip = VNET_HDR_LEN as u64;
+        for &(addr, len) in b.readable_buffers() {
+            let len = u64::from(len);
+            if skip >= len {
+                skip -= len;
+                continue;
+            }
+            // Each buffer is below 4 GiB and the frame below MAX_PACKET.
+            let piece = (len - skip) as usize;
+            let slice = self.mem.get_slice(addr.checked_add(skip)?, piece).ok()?;
+            skip = 0;
+            *iov.get_mut(n)? = libc::iovec {
+                iov_base: slice.ptr_guard().as_ptr().cast_mut().cast(),
+                iov_len: slice.len(),
+            };
+            n += 1;
+        }
+        // SAFETY: iov[..n] points at `hdr`, alive on this frame, and at
+        // guest RAM checked by get_slice, mapped as long as `self.mem`
+        // (no Xen mappings here, so the pointer outlives its guard); the
+        // kernel only reads them. n <= TX_IOVECS.
+        let r = unsafe { libc::writev(self.tap.as_raw_fd(), iov.as_ptr(), n as libc::c_int) };
+        Some(if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            // Not negative.
+            Ok(r as usize)
+        })
+    }
+
+    /// Sends every frame the guest queued. The guest's notifications are
+    /// suppressed while the ring is drained (section 2.7.10: the used
+    /// ring's flag, or with EVENT_IDX a stale `avail_event`) and asked for
+    /// again, with a last look at the ring, when it is empty.
     fn process_tx(&mut self) {
         let mut used = false;
-        while let Some((head, parsed)) = ChainBuffers::pop(&mut self.tx, &self.mem) {
-            match parsed {
-                Err(e) => self.count_bad(&e.to_string()),
-                Ok(b) if b.writable_len() != 0 => {
-                    self.count_bad("transmit buffer with device-writable descriptors")
+        // Bounded so RX gets its turn against a guest that keeps sending;
+        // the TX eventfd brings us back.
+        let mut budget = usize::from(self.tx.size()).max(1) * 4;
+        'ring: loop {
+            // Fails only on a used ring outside RAM, which add_used reports.
+            let _ = self.tx.disable_notification(&self.mem);
+            let mut popped = false;
+            while let Some((head, parsed)) = ChainBuffers::pop(&mut self.tx, &self.mem) {
+                popped = true;
+                match parsed {
+                    Err(e) => self.count_bad(&e.to_string()),
+                    Ok(b) if b.writable_len() != 0 => {
+                        self.count_bad("transmit buffer with device-writable descriptors")
+                    }
+                    Ok(b) => self.send(&b),
                 }
-                Ok(b) => self.send(&b),
+                if let Err(e) = self.tx.add_used(&self.mem, head, 0) {
+                    self.count_bad(&format!("adding used TX buffer {head}: {e}"));
+                    break 'ring;
+                }
+                used = true;
+                budget -= 1;
+                if budget == 0 {
+                    self.reschedule(&self.tx_evt);
+                    break 'ring;
+                }
             }
-            if let Err(e) = self.tx.add_used(&self.mem, head, 0) {
-                self.count_bad(&format!("adding used TX buffer {head}: {e}"));
-                break;
+            match self.tx.enable_notification(&self.mem) {
+                // More came in between. (Nothing popped although the index
+                // says more: an index the ring cannot hold; wait for a kick.)
+                Ok(true) if popped => continue,
+                Ok(_) => break,
+                Err(e) => {
+                    self.count_bad(&format!("re-enabling TX notifications: {e}"));
+                    break;
+                }
             }
-            used = true;
         }
         if used {
             self.notify(TX_QUEUE);
@@ -677,13 +951,20 @@ impl Server {
         }
         // Checked above: len <= MAX_PACKET.
         let len = len as usize;
-        if b.read_at(&self.mem, 0, &mut self.tx_frame[..len]).is_err() {
-            self.count_bad("transmit buffer outside guest memory");
-            return;
-        }
-        // Offload requests the driver did not negotiate must not reach the TAP.
-        self.offloads.filter_tx(&mut self.tx_frame[..len]);
-        match (&*self.tap).write(&self.tx_frame[..len]) {
+        let written = match self.send_gather(b) {
+            Some(r) => r,
+            None => {
+                if b.read_at(&self.mem, 0, &mut self.tx_frame[..len]).is_err() {
+                    self.count_bad("transmit buffer outside guest memory");
+                    return;
+                }
+                // Offload requests the driver did not negotiate must not
+                // reach the TAP.
+                self.offloads.filter_tx(&mut self.tx_frame[..len]);
+                (&*self.tap).write(&self.tx_frame[..len])
+            }
+        };
+        match written {
             Ok(_) => {
                 self.metrics.tx_frames.fetch_add(1, Ordering::Relaxed);
                 self.metrics

@@ -62,8 +62,28 @@ pub(super) fn decode(b: &ChainBuffers, mem: &GuestMemoryMmap) -> Result<Command,
 }
 
 impl CtrlQueue {
-    /// Answers every command on the queue; returns whether any was.
+    /// Answers every command on the queue and raises its interrupt if the
+    /// driver wants one.
     pub(super) fn process(&mut self, mem: &GuestMemoryMmap, interrupt: &dyn VirtioInterrupt) {
+        let mut used = false;
+        // With EVENT_IDX the driver kicks only when told to (avail_event):
+        // re-enable after draining, and drain again if it added meanwhile.
+        // Bounded: at most a ring's worth of rounds.
+        for _ in 0..=self.queue.size() {
+            used |= self.drain(mem);
+            if !self.queue.enable_notification(mem).unwrap_or(false) {
+                break;
+            }
+        }
+        if used && self.queue.needs_notification(mem).unwrap_or(true) {
+            if let Err(e) = interrupt.trigger(VirtioInterruptType::Queue(self.index)) {
+                warn!("net: raising the control queue interrupt: {e}");
+            }
+        }
+    }
+
+    /// Answers the commands on the ring; returns whether any was.
+    fn drain(&mut self, mem: &GuestMemoryMmap) -> bool {
         let mut used = false;
         while let Some((head, parsed)) = ChainBuffers::pop(&mut self.queue, mem) {
             let len = match parsed {
@@ -98,11 +118,7 @@ impl CtrlQueue {
             }
             used = true;
         }
-        if used && self.queue.needs_notification(mem).unwrap_or(true) {
-            if let Err(e) = interrupt.trigger(VirtioInterruptType::Queue(self.index)) {
-                warn!("net: raising the control queue interrupt: {e}");
-            }
-        }
+        used
     }
 
     fn execute(&mut self, cmd: Command) -> u8 {

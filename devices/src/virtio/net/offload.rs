@@ -13,8 +13,9 @@
 //! * RX (host to guest): the TAP is told with `TUNSETOFFLOAD` what the
 //!   guest takes (`GUEST_CSUM`, `GUEST_TSO4/6`) and then hands over
 //!   unchecksummed and up-to-64-KiB frames, which the header describes.
-//!   The guest, having negotiated TSO without mergeable buffers, posts
-//!   64 KiB receive buffers (Linux's "big packets").
+//!   A guest that negotiated TSO without mergeable buffers posts 64 KiB
+//!   receive buffers (Linux's "big packets"); with them (offered always)
+//!   a large frame spans several page-sized buffers.
 //!
 //! Without any of them every frame is a plain, checksummed Ethernet frame.
 
@@ -114,17 +115,18 @@ impl Offloads {
         }
     }
 
-    /// Prepares the TAP's header for the guest: one buffer per frame (no
-    /// mergeable buffers), and with no offload towards the guest nothing
-    /// but that.
-    pub fn fill_rx(&self, hdr: &mut [u8]) {
+    /// Prepares the TAP's header for the guest: `num_buffers` receive
+    /// buffers hold the frame (1 without mergeable buffers, where the
+    /// field is still part of the 12-byte VERSION_1 header), and with no
+    /// offload towards the guest nothing but that.
+    pub fn fill_rx(&self, hdr: &mut [u8], num_buffers: u16) {
         let Some(hdr) = hdr.get_mut(..VNET_HDR_LEN) else {
             return;
         };
         if self.tun_flags == 0 {
             hdr[..NUM_BUFFERS.start].fill(0);
         }
-        hdr[NUM_BUFFERS].copy_from_slice(&1u16.to_le_bytes());
+        hdr[NUM_BUFFERS].copy_from_slice(&num_buffers.to_le_bytes());
     }
 }
 
@@ -142,7 +144,7 @@ mod tests {
         o.filter_tx(&mut h);
         assert_eq!(&h[..10], &[0; 10]);
         let mut h = HDR;
-        o.fill_rx(&mut h);
+        o.fill_rx(&mut h, 1);
         assert_eq!(h, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0]);
     }
 
@@ -154,9 +156,13 @@ mod tests {
         o.filter_tx(&mut h);
         assert_eq!(h, HDR);
         let mut h = HDR;
-        o.fill_rx(&mut h);
+        o.fill_rx(&mut h, 1);
         assert_eq!(&h[..10], &HDR[..10]);
         assert_eq!(&h[10..], &[1, 0]);
+        // Mergeable buffers: the count, little-endian.
+        o.fill_rx(&mut h, 0x0203);
+        assert_eq!(&h[..10], &HDR[..10]);
+        assert_eq!(&h[10..], &[3, 2]);
     }
 
     #[test]
@@ -198,7 +204,7 @@ mod tests {
         let o = Offloads::from_features(0);
         let mut h = [7u8; 5];
         o.filter_tx(&mut h);
-        o.fill_rx(&mut h);
+        o.fill_rx(&mut h, 1);
         assert_eq!(h, [7; 5]);
     }
 }
