@@ -4,6 +4,7 @@
 
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixDatagram;
+use std::sync::Mutex;
 
 use virtio_bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
 use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
@@ -77,6 +78,49 @@ fn rig() -> Rig {
 /// Avail and used ring addresses of the size-16 queue at `base` (the
 /// descriptor table is at `base`). Laid out by hand: the mock queue's
 /// used ring overlaps its avail ring past 8 entries.
+/// Interrupts raised, in order.
+#[derive(Default)]
+struct Recorder(Mutex<Vec<VirtioInterruptType>>);
+
+impl VirtioInterrupt for Recorder {
+    fn trigger(&self, t: VirtioInterruptType) -> io::Result<()> {
+        self.0.lock().unwrap().push(t);
+        Ok(())
+    }
+}
+
+impl Recorder {
+    fn count(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+}
+
+/// The options the tests' devices use.
+fn options() -> NetOptions {
+    NetOptions {
+        mac: [2, 0, 0, 0, 0, 1],
+        mtu: None,
+        queue_size: 16,
+        offload_csum: true,
+        offload_tso: true,
+    }
+}
+
+/// An RX/TX pair of the rig's rings activated on @n (as negotiated).
+fn activate_rx_tx(n: &mut Net, m: &Gm) -> Vec<Box<dyn EventHandler>> {
+    let q = |index, base| ActiveQueue {
+        index,
+        queue: make_queue(m, base),
+        event: EventFd::new(libc::EFD_NONBLOCK).unwrap(),
+    };
+    n.activate_workers(
+        m.clone(),
+        Arc::new(NoopInterrupt),
+        vec![q(0, RXQ), q(1, TXQ)],
+    )
+    .unwrap()
+}
+
 fn rings(base: u64) -> (GuestAddress, GuestAddress) {
     (GuestAddress(base + 0x100), GuestAddress(base + 0x200))
 }

@@ -174,30 +174,10 @@ fn mergeable_buffers_are_offered_and_used_only_when_negotiated() {
         let m = mem();
         let (dev, host) = UnixDatagram::pair().unwrap();
         dev.set_nonblocking(true).unwrap();
-        let mut n = Net::new(
-            File::from(OwnedFd::from(dev)),
-            NetOptions {
-                mac: [2, 0, 0, 0, 0, 1],
-                mtu: None,
-                queue_size: 16,
-                offload_csum: true,
-                offload_tso: true,
-            },
-        );
+        let mut n = Net::new(File::from(OwnedFd::from(dev)), options());
         assert_ne!(n.features() & MRG, 0, "MRG_RXBUF not offered");
         n.ack_features((1 << VIRTIO_F_VERSION_1) | acked);
-        let q = |index, base| ActiveQueue {
-            index,
-            queue: make_queue(&m, base),
-            event: EventFd::new(libc::EFD_NONBLOCK).unwrap(),
-        };
-        let mut paths = n
-            .activate_workers(
-                m.clone(),
-                Arc::new(NoopInterrupt),
-                vec![q(0, RXQ), q(1, TXQ)],
-            )
-            .unwrap();
+        let mut paths = activate_rx_tx(&mut n, &m);
         host.send(&frame(9, 3000)).unwrap();
         for i in 0..3u16 {
             add_chain(&m, RXQ, i, &[(addr(i), 1024, W)]);

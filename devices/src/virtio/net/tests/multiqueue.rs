@@ -2,8 +2,6 @@
 //! (including garbage), and each pair served with its own queues, TAP
 //! descriptor and interrupt.
 
-use std::sync::Mutex;
-
 use virtio_bindings::virtio_net::{
     VIRTIO_NET_CTRL_MQ, VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET, VIRTIO_NET_ERR, VIRTIO_NET_OK,
 };
@@ -17,27 +15,6 @@ const V1: u64 = 1 << VIRTIO_F_VERSION_1;
 const CTRLQ: u64 = 0x2_0000;
 const CMD: u64 = 0x20_0000;
 const ACK: u64 = 0x21_0000;
-
-/// Interrupts raised, in order.
-#[derive(Default)]
-struct Recorder(Mutex<Vec<VirtioInterruptType>>);
-
-impl VirtioInterrupt for Recorder {
-    fn trigger(&self, t: VirtioInterruptType) -> io::Result<()> {
-        self.0.lock().unwrap().push(t);
-        Ok(())
-    }
-}
-
-fn options() -> NetOptions {
-    NetOptions {
-        mac: [2, 0, 0, 0, 0, 1],
-        mtu: None,
-        queue_size: 16,
-        offload_csum: true,
-        offload_tso: true,
-    }
-}
 
 /// A NIC with `pairs` fake TAP descriptors and the host ends of them.
 fn nic(pairs: usize) -> (Net, Vec<UnixDatagram>) {

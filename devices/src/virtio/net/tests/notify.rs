@@ -3,28 +3,9 @@
 //! wants a kick and interrupts only past the driver's `used_event`;
 //! without it, the used ring's NO_NOTIFY flag while TX drains.
 
-use std::sync::Mutex;
-
 use virtio_bindings::virtio_ring::VRING_USED_F_NO_NOTIFY;
 
 use super::*;
-
-/// Interrupts raised, in order.
-#[derive(Default)]
-struct Recorder(Mutex<Vec<VirtioInterruptType>>);
-
-impl VirtioInterrupt for Recorder {
-    fn trigger(&self, t: VirtioInterruptType) -> io::Result<()> {
-        self.0.lock().unwrap().push(t);
-        Ok(())
-    }
-}
-
-impl Recorder {
-    fn count(&self) -> usize {
-        self.0.lock().unwrap().len()
-    }
-}
 
 /// A server over the rig's rings raising interrupts into a recorder,
 /// its queues with EVENT_IDX as asked.
@@ -64,34 +45,14 @@ fn tx_frame(r: &Rig, i: u16) {
 #[test]
 fn event_idx_is_offered_and_set_on_every_queue() {
     let (dev, _host) = UnixDatagram::pair().unwrap();
-    let mut n = Net::new(
-        File::from(OwnedFd::from(dev)),
-        NetOptions {
-            mac: [2, 0, 0, 0, 0, 1],
-            mtu: None,
-            queue_size: 16,
-            offload_csum: true,
-            offload_tso: true,
-        },
-    );
+    let mut n = Net::new(File::from(OwnedFd::from(dev)), options());
     let ei = 1u64 << VIRTIO_RING_F_EVENT_IDX;
     assert_ne!(n.features() & ei, 0, "EVENT_IDX not offered");
     // Negotiated: the TX path publishes avail_event after draining.
     for acked in [0, ei] {
         let m = mem();
         n.ack_features((1 << VIRTIO_F_VERSION_1) | acked);
-        let q = |index, base| ActiveQueue {
-            index,
-            queue: make_queue(&m, base),
-            event: EventFd::new(libc::EFD_NONBLOCK).unwrap(),
-        };
-        let mut paths = n
-            .activate_workers(
-                m.clone(),
-                Arc::new(NoopInterrupt),
-                vec![q(0, RXQ), q(1, TXQ)],
-            )
-            .unwrap();
+        let mut paths = activate_rx_tx(&mut n, &m);
         for i in 0..3u16 {
             let at = BUF + 0x1000 * u64::from(i);
             m.write_slice(&frame(1, 80), GuestAddress(at)).unwrap();
