@@ -64,30 +64,30 @@ _tb_running() {
     [ -n "$_tb_st" ] && [ "$_tb_st" != Z ]
 }
 
+# PID TENTHS: whether PID stops running within TENTHS tenths of a second.
+_tb_exits_within() {
+    _tb_i=0
+    while _tb_running "$1"; do
+        [ "$_tb_i" -lt "$2" ] || return 1
+        sleep 0.1
+        _tb_i=$((_tb_i + 1))
+    done
+}
+
 # SIGTERM, 30 s, SIGKILL, 10 s: a helper that will not die (stuck in the
 # kernel) is a failure with its evidence -- where it waits and the
 # kernel's blocked tasks -- instead of a wait that never ends.
 tb_bg_stop() {
     [ -n "$1" ] || return 0
     kill -TERM "$1" 2>/dev/null || true
-    _tb_i=0
-    while _tb_running "$1" && [ "$_tb_i" -lt 300 ]; do
-        sleep 0.1
-        _tb_i=$((_tb_i + 1))
-    done
-    if _tb_running "$1"; then
+    if ! _tb_exits_within "$1" 300; then
         _tb_comm=$(cat "/proc/$1/comm" 2>/dev/null)
         echo "tb_bg_stop: $_tb_comm ($1) still running 30 s after SIGTERM," \
             "state $(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)," \
             "wchan $(cat "/proc/$1/wchan" 2>/dev/null); its kernel stack:"
         sed 's/^/S| /' "/proc/$1/stack" 2>/dev/null
         kill -KILL "$1" 2>/dev/null || true
-        _tb_i=0
-        while _tb_running "$1" && [ "$_tb_i" -lt 100 ]; do
-            sleep 0.1
-            _tb_i=$((_tb_i + 1))
-        done
-        if _tb_running "$1"; then
+        if ! _tb_exits_within "$1" 100; then
             echo w >/proc/sysrq-trigger 2>/dev/null
             dmesg | tail -n 80 | sed 's/^/K| /'
             tb_fail "stop-$_tb_comm" "pid $1 survived SIGTERM and SIGKILL (stuck in the kernel)"
