@@ -263,14 +263,29 @@ _l1_tick() {
     if [[ $L1_REASON == "L1 hung"* ]]; then
         # Where the vCPUs are (L1 kernel, L2 guest mode, halted) before the
         # kill: the only evidence a frozen L1 leaves.
-        local state=$RUN_DIR/l1-hang-cpus-$L1_ATTEMPT.txt
-        if timeout 20 "$TB_ROOT/scripts/lib/qmp-cpu-state.py" "$L1_QMP" "$state"; then
-            L1_REASON+=" (vCPU state: $(basename "$state"))"
+        local state=$RUN_DIR/l1-hang-cpus-$L1_ATTEMPT.txt cpus
+        if cpus=$(timeout 20 "$TB_ROOT/scripts/lib/qmp-cpu-state.py" "$L1_QMP" "$state"); then
+            L1_REASON+=" (vCPU state: $(basename "$state"): $cpus)"
         fi
     fi
     tb_warn "$L1_REASON: killing QEMU"
     L1_KILLED=1
     tb_kill_pid "$L1_QPID" &
+}
+
+# _l1_kernel_report CONSOLE: the L1 kernel's first stall, lockup or crash
+# report and the first functions of its trace, on one line (CI shows only
+# the summary of a run: this is the evidence of a frozen L1 that it keeps).
+_l1_kernel_report() {
+    awk '
+        !found && /rcu: INFO|rcu_.*detected stall|soft lockup|hard LOCKUP|BUG:|Oops|general protection|blocked for more than/ {
+            found = 1; sub(/^\[ *[0-9.]+\] /, ""); out = $0; next
+        }
+        found && /RIP: |^\[ *[0-9.]+\]  [a-z_0-9.]+\+0x/ && n < 5 {
+            sub(/^\[ *[0-9.]+\] +/, ""); out = out " | " $0; n++
+        }
+        END { print substr(out, 1, 600) }
+    ' "$1" 2>/dev/null | tr -d '\r'
 }
 
 # tb_boot_l1 ATTEMPT SCENARIO... : one L1 boot. Returns 0 when L1 ran to
@@ -329,6 +344,9 @@ tb_boot_l1() {
     fi
     qtail=$(grep -v -i 'warning' "$qlog" 2>/dev/null | tail -n 2 | tr '\n' ' ' || true)
     if [[ -n ${qtail// /} ]]; then why+=" [qemu: $qtail]"; fi
+    local krep
+    krep=$(_l1_kernel_report "$console")
+    if [[ -n $krep ]]; then why+=" [L1 kernel: $krep]"; fi
     TB_L1_FAILS+=("boot $attempt: $why")
     for s; do
         [[ -n ${TB_RESULT[$s]:-} ]] && continue
