@@ -24,7 +24,8 @@
 #   tb_wait_until SECS CMD...      poll CMD (every 0.1 s) until it succeeds;
 #                                  1 on timeout
 #   tb_wait_file PATH SECS         wait for a file to exist
-#   tb_wait_line FILE ERE SECS     wait for a line matching ERE in FILE
+#   tb_wait_line FILE ERE SECS     wait for a complete line matching ERE in FILE
+#   tb_complete_lines FILE         FILE's finished lines (no CRs)
 #   tb_json_str STRING             JSON string literal of STRING
 #   tb_nodelist_has LIST N         "0-2,5" contains N?
 
@@ -188,7 +189,16 @@ tb_wait_until() {
 
 tb_wait_file() { tb_wait_until "$2" test -e "$1"; }
 
-_tb_has_line() { [ -f "$1" ] && tr -d '\r' <"$1" | grep -Eq -- "$2"; }
+# FILE's complete lines, CRs dropped: a line still being written (no
+# newline yet) is left out, so a reader never parses half a line (seen:
+# resize-zone read "... promoted=4" of a line that went on to "rmmod=1
+# oops=0"). The \001 sentinel ends the stream: the last line it forms is
+# either the sentinel alone or the unfinished line, and is dropped.
+tb_complete_lines() {
+    [ -f "$1" ] || return 0
+    { tr -d '\r' <"$1"; printf '\001'; } | sed '$d'
+}
+_tb_has_line() { [ -f "$1" ] && tb_complete_lines "$1" | grep -Eq -- "$2"; }
 tb_wait_line() { tb_wait_until "$3" _tb_has_line "$1" "$2"; }
 
 # tb_nodelist_has "0-1,4" 4 -> true

@@ -234,11 +234,12 @@ tb_balloon_actual_is() {
 }
 
 # tb_vmm_ask CMD PATTERN [SECS]: send CMD to the guest's console, wait
-# (default 30 s) for a serial line matching PATTERN, print the newest one.
+# (default 30 s) for a complete serial line matching PATTERN (an ERE), print
+# the newest one.
 tb_vmm_ask() {
     tb_vmm_send "$1"
     tb_vmm_wait_line "$2" "${3:-30}" || return 1
-    tr -d '\r' <"$TB_VMM_SERIAL" | grep -- "$2" | tail -n 1
+    tb_complete_lines "$TB_VMM_SERIAL" | grep -E -- "$2" | tail -n 1
 }
 
 # --- upstream Cloud Hypervisor v53 (the anchors) ----------------------------
