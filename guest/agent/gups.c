@@ -5,7 +5,7 @@
  *
  *   gups-hotset [-s REGION_MB] [-H HOT_MB] [-r RATIO] [-t SECONDS]
  *               [-i REPORT_MS] [-f FMEM_NODE] [-w READY_FILE] [-k] [-u]
- *               [-T] [-P]
+ *               [-T] [-P] [-X]
  *
  * Robustness options (for the manager's tests): -k forks a child that
  * shares the region copy-on-write and sleeps until the end; -u unmaps the
@@ -27,6 +27,14 @@
  * the hot and cold residencies weighted by their access shares.
  * At the end: {"gups":"done",...} with the times at which the hot-set
  * residency first reached 60 % and 90 %.
+ *
+ * Every 10 ms at most (checked every 65,536 updates) the loop executes
+ * one CPUID, which every hypervisor intercepts: a guarantee that the CPU
+ * leaves the guest now and then.  Without it the loop never exits, and under nested SVM
+ * emulated by QEMU TCG (the testbed) an L1 CPU was seen to stay in such a
+ * loop for minutes with its own timer and IPIs ignored (docs/testbed.md,
+ * "Frozen L1: a CPU stuck in exit-less L2 code").  Costs about a
+ * microsecond per 10 ms in a VM; -X leaves it out.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -41,6 +49,9 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #define PAGE		4096UL
 #define COLD_STRIDE	8
@@ -52,6 +63,17 @@ static unsigned int ratio = 10;
 static int fmem_node;
 static volatile int stop;
 static volatile uint64_t updates;
+
+/* one intercepted instruction: the CPU leaves the guest (see the top) */
+static void exit_to_hypervisor(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	unsigned int a, b, c, d;
+
+	__cpuid(0, a, b, c, d);
+	__asm__ volatile("" : : "r"(a), "r"(b), "r"(c), "r"(d));
+#endif
+}
 
 static uint64_t now_ms(void)
 {
@@ -170,7 +192,7 @@ static void touch_pages(size_t from, size_t to)
 static void usage(void)
 {
 	fprintf(stderr, "usage: gups-hotset [-s REGION_MB] [-H HOT_MB] [-r RATIO] "
-		"[-t SECONDS] [-i REPORT_MS] [-f FMEM_NODE] [-w READY_FILE] [-k] [-u] [-T] [-P]\n");
+		"[-t SECONDS] [-i REPORT_MS] [-f FMEM_NODE] [-w READY_FILE] [-k] [-u] [-T] [-P] [-X]\n");
 	exit(2);
 }
 
@@ -195,9 +217,11 @@ int main(int argc, char **argv)
 	uint64_t t_start, t_end;
 	pthread_t th;
 	int c, fork_child = 0, unmap_half = 0, unmapped = 0, thp = 0, hot_first = 0;
+	int exits = 1;
+	uint64_t last_exit = 0;
 	pid_t child = -1;
 
-	while ((c = getopt(argc, argv, "s:H:r:t:i:f:w:kuTP")) != -1) {
+	while ((c = getopt(argc, argv, "s:H:r:t:i:f:w:kuTPX")) != -1) {
 		switch (c) {
 		case 's': region_mb = arg_ul(optarg, 2, 1UL << 20); break;
 		case 'H': hot_mb = arg_ul(optarg, 1, 1UL << 20); break;
@@ -210,6 +234,7 @@ int main(int argc, char **argv)
 		case 'u': unmap_half = 1; break;
 		case 'T': thp = 1; break;
 		case 'P': hot_first = 1; break;
+		case 'X': exits = 0; break;
 		default: usage();
 		}
 	}
@@ -298,6 +323,10 @@ int main(int argc, char **argv)
 		if ((u & ((1 << 16) - 1)) == 0) {
 			uint64_t t = now_ms();
 
+			if (exits && t >= last_exit + 10) {
+				exit_to_hypervisor();
+				last_exit = t;
+			}
 			if (t >= t_end)
 				break;
 			if (unmap_half && !unmapped &&
