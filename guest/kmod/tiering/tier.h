@@ -66,6 +66,12 @@ struct tier_target {
 	u32 window_ms;
 	u64 abit_present, abit_young;	/* last check pass (samples) */
 	bool abit_none_young;	/* the last check saw none: TLB-bound? */
+	/* huge entries: sub-windows (tier_abit_plan.h, tier_abit.c) */
+	u32 huge_window_us;	/* sleep per sub-window, adapted */
+	u64 huge_probe_ns;	/* last cycle: per huge entry and pass */
+	u64 abit_huge, abit_huge_young;	/* last check: entries, young sum */
+	bool abit_huge_none_young;	/* the last sub-windows saw none */
+	u64 huge_ns, nr_huge_checks;	/* cost of the sub-windows */
 	struct tier_abit_sample *abit_samp;	/* armed sample pages */
 	u32 abit_nsamp, abit_cap;
 	u64 abit_rng;
@@ -177,8 +183,18 @@ unsigned long dmb_node_ballooned_managed_pages(int nid);
 struct tier_abit_sample {
 	u64 addr;
 	u64 weight;	/* base pages it stands for */
+	bool huge;	/* at the check: a PMD-mapped huge page */
+	bool lead;	/* huge, and the first sample in its entry */
+	bool on_fast;	/* at the check: on the fast node */
+	u32 sub_young;	/* huge: sub-windows in which it was young */
 };
+/* huge entries' sub-window (us): start and bounds of its controller */
+#define TIER_ABIT_HUGE_START_US	200
+#define TIER_ABIT_HUGE_MIN_US	20
+#define TIER_ABIT_HUGE_MAX_US	2000
+#define TIER_ABIT_HUGE_PROBE_NS	2000	/* first guess of a probe's cost */
 extern unsigned int tier_abit_samples, tier_abit_max_level;
+extern unsigned int tier_abit_huge_subwindows;
 extern unsigned int tier_resident_ms;
 void tier_abit_arm(struct tier_target *t, struct mm_struct *mm, u32 per_range);
 u64 tier_abit_check(struct tier_target *t, struct mm_struct *mm,

@@ -49,6 +49,8 @@
  *  - The mmap lock is not taken, so the target's page faults are never
  *    delayed by the scanner.
  */
+#include <linux/delay.h>
+#include <linux/ktime.h>
 #include <linux/mm.h>
 #include <linux/pgtable.h>
 #include <linux/sched.h>
@@ -266,14 +268,22 @@ u64 tier_abit_pass(struct tier_target *t, struct mm_struct *mm, bool record,
 	return total;
 }
 
+/* What tier_abit_probe() found at one address. */
+struct tier_abit_entry {
+	bool present, young, on_fast;
+	bool huge;		/* a PMD-mapped huge page */
+};
+
 /*
- * One address: present / young / on the fast node; clears the accessed
- * bit if @clear (and hands it to reclaim).  Same rules as
- * tier_abit_chunk(), for one entry.
+ * One address: present / young / on the fast node / huge; clears the
+ * accessed bit of a base entry if @clear, of a huge one if @clear_huge
+ * (and hands it to reclaim).  Same rules as tier_abit_chunk(), for one
+ * entry.
  */
-static void tier_abit_probe(struct mm_struct *mm, unsigned long addr,
-			    bool clear, const struct tier_pfn_span *fast,
-			    bool *present, bool *young, bool *on_fast)
+static void tier_abit_probe_entry(struct mm_struct *mm, unsigned long addr,
+				  bool clear, bool clear_huge,
+				  const struct tier_pfn_span *fast,
+				  struct tier_abit_entry *e)
 {
 	unsigned long flags;
 	pgd_t *pgdp, pgd;
@@ -282,9 +292,10 @@ static void tier_abit_probe(struct mm_struct *mm, unsigned long addr,
 	pmd_t *pmdp, pmd;
 	pte_t *ptep, pte;
 
-	*present = false;
-	*young = false;
-	*on_fast = false;
+	e->present = false;
+	e->young = false;
+	e->on_fast = false;
+	e->huge = false;
 	local_irq_save(flags);
 	pgdp = pgd_offset(mm, addr);
 	pgd = READ_ONCE(*pgdp);
@@ -304,11 +315,13 @@ static void tier_abit_probe(struct mm_struct *mm, unsigned long addr,
 	if (pmd_none(pmd) || !pmd_present(pmd))
 		goto out;
 	if (pmd_leaf(pmd)) {
-		*present = true;
-		*on_fast = tier_on_fast(pmd_pfn(pmd), fast);
-		*young = pmd_young(pmd) &&
-			 (!clear || tier_clear_young((unsigned long *)pmdp,
-						     pmd_val(pmd), pmd_pfn(pmd)));
+		e->present = true;
+		e->huge = true;
+		e->on_fast = tier_on_fast(pmd_pfn(pmd), fast);
+		e->young = pmd_young(pmd) &&
+			   (!clear_huge ||
+			    tier_clear_young((unsigned long *)pmdp,
+					     pmd_val(pmd), pmd_pfn(pmd)));
 		goto out;
 	}
 	if (pmd_bad(pmd))
@@ -317,13 +330,26 @@ static void tier_abit_probe(struct mm_struct *mm, unsigned long addr,
 	pte = ptep_get(ptep);
 	if (!pte_present(pte))
 		goto out;
-	*present = true;
-	*on_fast = tier_on_fast(pte_pfn(pte), fast);
-	*young = pte_young(pte) &&
-		 (!clear || tier_clear_young((unsigned long *)ptep,
-					     pte_val(pte), pte_pfn(pte)));
+	e->present = true;
+	e->on_fast = tier_on_fast(pte_pfn(pte), fast);
+	e->young = pte_young(pte) &&
+		   (!clear || tier_clear_young((unsigned long *)ptep,
+					       pte_val(pte), pte_pfn(pte)));
 out:
 	local_irq_restore(flags);
+}
+
+/* tier_abit_probe_entry() clearing base and huge entries alike. */
+static void tier_abit_probe(struct mm_struct *mm, unsigned long addr,
+			    bool clear, const struct tier_pfn_span *fast,
+			    bool *present, bool *young, bool *on_fast)
+{
+	struct tier_abit_entry e;
+
+	tier_abit_probe_entry(mm, addr, clear, clear, fast, &e);
+	*present = e.present;
+	*young = e.young;
+	*on_fast = e.on_fast;
 }
 
 /**
@@ -381,48 +407,178 @@ void tier_abit_arm(struct tier_target *t, struct mm_struct *mm, u32 per_range)
 	t->abit_nsamp = n;
 }
 
+/* Record a young sample's @w base pages; returns what the ranges took. */
+static u64 tier_abit_record(struct tier_target *t,
+			    const struct tier_abit_sample *sp, u64 w)
+{
+	if (!w)
+		return 0;
+	/* per-tier access counts for the host (tags 0x800d/0x800e) */
+	if (sp->on_fast)
+		tier_fmem_samples += w;
+	else
+		tier_smem_samples += w;
+	return hrc_record_n(&t->hrc, sp->addr, w) ? w : 0;
+}
+
+/* Arm (@count false) or read and re-arm the lead huge samples [@i, @end). */
+static u32 tier_abit_huge_pass(struct tier_target *t, struct mm_struct *mm,
+			       u32 i, u32 end, bool count)
+{
+	struct tier_abit_entry e;
+	u32 young = 0;
+
+	for (; i < end; i++) {
+		struct tier_abit_sample *sp = &t->abit_samp[i];
+
+		if (!sp->lead)
+			continue;
+		tier_abit_probe_entry(mm, sp->addr, true, true, &tier_fast_span,
+				      &e);
+		if (count && e.young) {
+			sp->sub_young++;
+			young++;
+		}
+	}
+	return young;
+}
+
+/*
+ * The huge samples' sub-windows (tier_abit_plan.h says why).  Samples are
+ * in ascending address order (strata within sorted ranges), so several
+ * in one huge entry are adjacent: only the first (the lead) is read, as a
+ * second read would find the bit the first just cleared, and the others
+ * take its count.  The leads are taken in batches small enough that one
+ * pass over a batch is short beside the sub-window (entries are slow to
+ * write under shadow paging: the window of an entry is the sleep plus
+ * one pass): clear the batch, then @nsub times sleep huge_window_us and
+ * read and clear it again, counting per lead the sub-windows in which it
+ * was young.  The sub-window adapts like the main window, to keep the
+ * huge entries' young fraction informative.
+ *
+ * Return: estimated young base pages recorded.
+ */
+static u64 tier_abit_huge_windows(struct tier_target *t, struct mm_struct *mm,
+				  u32 nsub)
+{
+	u32 flush = READ_ONCE(tier_abit_tlb_flush);
+	u64 t0 = ktime_get_ns(), leads = 0, sum = 0, est = 0, probe_ns = 0;
+	u64 batch = tier_abit_huge_batch(t->huge_window_us, t->huge_probe_ns);
+	struct tier_abit_sample *sp, *prev = NULL;
+	u32 i, end, s, nl;
+
+	for (i = 0; i < t->abit_nsamp; i++) {
+		sp = &t->abit_samp[i];
+		sp->lead = sp->huge &&
+			   !(prev && tier_abit_same_huge(prev->addr, sp->addr));
+		if (sp->huge)
+			prev = sp;
+	}
+	for (i = 0; i < t->abit_nsamp; i = end) {
+		u64 t1 = ktime_get_ns();
+
+		for (end = i, nl = 0; end < t->abit_nsamp && nl < batch; end++)
+			nl += t->abit_samp[end].lead;
+		if (!nl)
+			break;
+		tier_abit_huge_pass(t, mm, i, end, false);
+		probe_ns += ktime_get_ns() - t1;
+		leads += nl;
+		for (s = 0; s < nsub; s++) {
+			/* a TLB entry that outlives the window hides accesses */
+			if (flush == TIER_FLUSH_ALWAYS ||
+			    (flush == TIER_FLUSH_AUTO && t->abit_huge_none_young)) {
+				tier_abit_flush(mm);
+				t->nr_flushes++;
+			}
+			fsleep(t->huge_window_us);
+			sum += tier_abit_huge_pass(t, mm, i, end, true);
+		}
+		if (need_resched())
+			cond_resched();
+	}
+	for (i = 0, prev = NULL; i < t->abit_nsamp; i++) {
+		sp = &t->abit_samp[i];
+		if (!sp->huge)
+			continue;
+		if (!sp->lead && prev)
+			sp->sub_young = prev->sub_young;
+		prev = sp;
+		est += tier_abit_record(t, sp,
+					tier_abit_young_weight(sp->weight, true,
+							       true,
+							       sp->sub_young,
+							       nsub));
+	}
+	if (leads)
+		t->huge_probe_ns = max_t(u64, div64_u64(probe_ns, leads), 1);
+	t->abit_huge = leads;
+	t->abit_huge_young = sum;
+	t->abit_huge_none_young = leads && !sum;
+	t->huge_window_us = tier_abit_next_window(t->huge_window_us, sum,
+						  leads * nsub,
+						  READ_ONCE(tier_abit_young_lo_pct),
+						  READ_ONCE(tier_abit_young_hi_pct),
+						  TIER_ABIT_HUGE_MIN_US,
+						  TIER_ABIT_HUGE_MAX_US);
+	t->nr_huge_checks++;
+	t->huge_ns += ktime_get_ns() - t0;
+	return est;
+}
+
 /**
  * tier_abit_check() - read the sample pages' bits and record the young.
  * @t:		target (tier_lock held).
  * @mm:		its mm, pinned and loaded by the caller.
- * @present:	out: sample pages present.
+ * @present:	out: base sample pages present.
  * @young:	out: of them, young.
  *
- * Only reads: the bits stay set for reclaim.  Each young sample is
- * recorded at its address with its weight (hrc_record_n()).
+ * Base entries are only read: the bits stay set for reclaim.  Each young
+ * one is recorded at its address with its weight (hrc_record_n()).  Huge
+ * entries (unless abit_huge_subwindows is 0) are judged by their young
+ * rate over short sub-windows instead (tier_abit_huge_windows()); they
+ * are left out of @present and @young, which steer the main window.
  *
- * Return: estimated young base pages (sum of the young samples' weights).
+ * Return: estimated young base pages (sum of the recorded weights).
  */
 u64 tier_abit_check(struct tier_target *t, struct mm_struct *mm,
 		    u64 *present, u64 *young)
 {
+	u32 nsub = READ_ONCE(tier_abit_huge_subwindows);
+	u32 i, nhuge = 0;
 	u64 est = 0;
-	u32 i;
 
 	*present = 0;
 	*young = 0;
 	if (WARN_ON_ONCE(current->mm != mm))
 		return 0;
 	for (i = 0; i < t->abit_nsamp; i++) {
-		const struct tier_abit_sample *sp = &t->abit_samp[i];
-		bool p, y, f;
+		struct tier_abit_sample *sp = &t->abit_samp[i];
+		struct tier_abit_entry e;
 
-		tier_abit_probe(mm, sp->addr, false, &tier_fast_span, &p, &y,
-				&f);
-		*present += p;
-		if (!y)
+		tier_abit_probe_entry(mm, sp->addr, false, false,
+				      &tier_fast_span, &e);
+		sp->huge = e.present && e.huge && nsub;
+		sp->on_fast = e.on_fast;
+		sp->sub_young = 0;
+		if (sp->huge) {
+			nhuge++;
+			continue;
+		}
+		*present += e.present;
+		if (!e.young)
 			continue;
 		(*young)++;
-		/* per-tier access counts for the host (tags 0x800d/0x800e) */
-		if (f)
-			tier_fmem_samples += sp->weight;
-		else
-			tier_smem_samples += sp->weight;
-		if (hrc_record_n(&t->hrc, sp->addr, sp->weight))
-			est += sp->weight;
+		est += tier_abit_record(t, sp,
+					tier_abit_young_weight(sp->weight, true,
+							       e.huge, 0, 0));
 		if (need_resched())
 			cond_resched();
 	}
+	if (nhuge)
+		est += tier_abit_huge_windows(t, mm, nsub);
+	else
+		t->abit_huge = t->abit_huge_young = 0;
 	t->abit_nsamp = 0;
 	return est;
 }

@@ -97,3 +97,27 @@ u32 tier_abit_next_level(u32 level, bool stable, u32 max_level)
 		return 0;
 	return level < max_level ? level + 1 : max_level;
 }
+
+u64 tier_abit_young_weight(u64 weight, bool young, bool huge, u32 sub_young,
+			   u32 nsub)
+{
+	if (!huge || !nsub)
+		return young ? weight : 0;
+	if (sub_young > nsub)
+		sub_young = nsub;
+	return weight * sub_young / nsub;
+}
+
+bool tier_abit_same_huge(u64 a, u64 b)
+{
+	return (a >> TIER_ABIT_HUGE_SHIFT) == (b >> TIER_ABIT_HUGE_SHIFT);
+}
+
+u32 tier_abit_huge_batch(u32 window_us, u64 probe_ns)
+{
+	u64 n = (u64)window_us * 1000 / 2 / (probe_ns ? probe_ns : 1);
+
+	if (n > 0xffffffffULL)
+		n = 0xffffffffULL;
+	return n ? (u32)n : 1;
+}

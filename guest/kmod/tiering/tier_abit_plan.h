@@ -66,4 +66,35 @@ u64 tier_abit_changes(u64 moved, u64 reshaped, u32 nr_ranges);
 /* Next back-off level: up by one when stable (to @max_level), else 0. */
 u32 tier_abit_next_level(u32 level, bool stable, u32 max_level);
 
+/*
+ * Huge entries (a transparent huge page mapped by one PMD): one accessed
+ * bit stands for 512 base pages, so in a window long enough for base
+ * pages (>= abit_min_window_ms) a workload that touches its cold memory
+ * at all sets the bit of nearly every huge entry, and "young once" says
+ * nothing.  A huge sample is instead re-armed and re-read over @nsub
+ * short sub-windows (tier_abit.c), and counts by the fraction of them in
+ * which it was found young: how often, not whether.
+ */
+#define TIER_ABIT_HUGE_SHIFT	21	/* x86 PMD: 2 MiB */
+
+/*
+ * Base pages a checked sample adds to its range.  A base entry, or a
+ * huge one without sub-windows (@nsub 0): @weight if @young (the bit at
+ * the end of the main window).  A huge entry with sub-windows: @weight *
+ * @sub_young / @nsub, whatever @young said.
+ */
+u64 tier_abit_young_weight(u64 weight, bool young, bool huge, u32 sub_young,
+			   u32 nsub);
+
+/* Do addresses @a and @b lie in the same huge entry? */
+bool tier_abit_same_huge(u64 a, u64 b);
+
+/*
+ * Huge entries per batch of sub-windows: as many as one probe of @probe_ns
+ * each can read in half a sub-window of @window_us (at least 1), so that
+ * an entry's window (sleep + one pass over its batch) stays within 1.5x
+ * the sub-window however slow the probes are.
+ */
+u32 tier_abit_huge_batch(u32 window_us, u64 probe_ns);
+
 #endif /* _TIERING_TIER_ABIT_PLAN_H */

@@ -230,6 +230,10 @@ static void tier_target_clear_stats(struct tier_target *t)
 	t->sel_epoch = 0;
 	t->abit_present = 0;
 	t->abit_young = 0;
+	t->abit_huge = 0;
+	t->abit_huge_young = 0;
+	t->huge_ns = 0;
+	t->nr_huge_checks = 0;
 	t->arm_ns = 0;
 	t->check_ns = 0;
 	t->resident_ns = 0;
@@ -336,7 +340,10 @@ int tier_target_start(struct tier_target *t, pid_t nr)
 	t->next_scan_ns = t->started_ns;
 	t->abit_armed = false;
 	t->abit_none_young = false;
+	t->abit_huge_none_young = false;
 	t->window_ms = min(50U, READ_ONCE(tier_scan_interval_ms));
+	t->huge_window_us = TIER_ABIT_HUGE_START_US;
+	t->huge_probe_ns = TIER_ABIT_HUGE_PROBE_NS;
 	t->scan_level = 0;
 	t->next_resident_ns = t->started_ns;
 	t->prev_hot_bytes = 0;

@@ -44,6 +44,7 @@ MODULE_PARM_DESC(follow_children, "manage the children a target forks as targets
 unsigned int tier_abit_tlb_flush = TIER_FLUSH_AUTO;
 unsigned int tier_abit_samples = 32;	/* per range and cycle */
 unsigned int tier_abit_max_level = 4;	/* back-off up to 16x */
+unsigned int tier_abit_huge_subwindows;	/* 0 (default): huge as base entries */
 unsigned int tier_resident_ms = 2000;	/* residency walk period */
 unsigned int tier_pebs_ldlat = 64;		/* ns */
 unsigned int tier_pebs_load_period = 4093;
@@ -89,6 +90,8 @@ TIER_UINT_PARAM(abit_tlb_flush, tier_abit_tlb_flush, 0, 2,
 		"accessed-bit source: flush the target's CPUs' TLBs after arming: 0 never (as DAMON), 1 every cycle, 2 only after a cycle that saw no young sample");
 TIER_UINT_PARAM(abit_samples, tier_abit_samples, 1, 4096,
 		"accessed-bit source: sample pages per range and cycle");
+TIER_UINT_PARAM(abit_huge_subwindows, tier_abit_huge_subwindows, 0, 64,
+		"accessed-bit source: short sub-windows in which a huge (THP) entry is re-checked, its weight being the fraction found young (0 = one check, as a base page)");
 TIER_UINT_PARAM(abit_max_level, tier_abit_max_level, 0, 8,
 		"accessed-bit source: back off up to 2^N x the scan interval while stable");
 TIER_UINT_PARAM(resident_ms, tier_resident_ms, 100, 600000,

@@ -134,6 +134,12 @@ static ssize_t stats_show(struct kobject *k, struct kobj_attribute *a,
 		t->arm_ns, t->check_ns, t->resident_ns, t->flush_ns,
 		t->nr_resident_walks, t->nr_flushes, t->scan_level,
 		t->nr_stable_epochs, t->epoch_period_ns / NSEC_PER_MSEC);
+	/* huge (THP) entries: last check's sub-windows, and their cost */
+	len += sysfs_emit_at(buf, len,
+		"abit_huge %llu\nabit_huge_young %llu\nhuge_window_us %u\n"
+		"huge_probe_ns %llu\nhuge_checks %llu\nhuge_ns %llu\n",
+		t->abit_huge, t->abit_huge_young, t->huge_window_us,
+		t->huge_probe_ns, t->nr_huge_checks, t->huge_ns);
 	for (i = 0; i < TIER_NR_VERDICTS; i++)
 		len += sysfs_emit_at(buf, len, "pebs_%s %llu\n", vnames[i],
 				     tier_counter_read(&t->verdicts[i]));

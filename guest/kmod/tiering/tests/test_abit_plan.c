@@ -8,9 +8,12 @@
 #include "test_util.h"
 #include "../tier_abit_plan.h"
 #include "../range_classifier.h"
+#include "../tier_sample.h"
 
 #define MIB	(1ULL << 20)
 #define PG	4096ULL
+/* tier.h (kernel-only): TIER_ABIT_HUGE_MAX_US */
+#define TIER_TEST_HUGE_MAX_US	2000
 
 static void samples_per_range_respects_the_cap(void)
 {
@@ -188,6 +191,176 @@ static void sampled_abit_isolates_the_hot_set(void)
 	tctx_free(&t);
 }
 
+/*
+ * Huge entries (THP): the young weight of a huge sample is its young
+ * rate over the sub-windows, not "young once"; base entries, and huge
+ * ones with sub-windows off, keep the single-bit rule.
+ */
+static void young_weight_follows_the_rate(void)
+{
+	CHECK_EQ(tier_abit_young_weight(5120, true, false, 0, 0), 5120);
+	CHECK_EQ(tier_abit_young_weight(5120, false, false, 0, 0), 0);
+	CHECK_EQ(tier_abit_young_weight(5120, true, false, 0, 8), 5120);
+	CHECK_EQ(tier_abit_young_weight(5120, true, true, 0, 0), 5120);
+	CHECK_EQ(tier_abit_young_weight(5120, true, true, 8, 8), 5120);
+	CHECK_EQ(tier_abit_young_weight(5120, true, true, 1, 8), 640);
+	CHECK_EQ(tier_abit_young_weight(5120, true, true, 0, 8), 0);
+	CHECK_EQ(tier_abit_young_weight(5120, false, true, 4, 8), 2560);
+	CHECK_EQ(tier_abit_young_weight(5120, true, true, 9, 8), 5120);
+	/* batches: half a sub-window's worth of probes, at least one */
+	CHECK_EQ(tier_abit_huge_batch(200, 1000), 100);
+	CHECK_EQ(tier_abit_huge_batch(20, 100000), 1);
+	CHECK_EQ(tier_abit_huge_batch(20, 0), 10000);
+	CHECK_EQ(tier_abit_huge_batch(2000, 300), 3333);
+	CHECK(tier_abit_same_huge(0x7f0000200000ULL, 0x7f00003ff000ULL));
+	CHECK(!tier_abit_same_huge(0x7f00001ff000ULL, 0x7f0000200000ULL));
+}
+
+/*
+ * tiering-gups on THP: a 640 MiB region of 2 MiB huge entries, the last
+ * 64 MiB hot.  In the main window (>= 5 ms) every huge entry is young:
+ * the old rule gave every sample its full weight and the classifier saw
+ * a flat density.  Over 8 sub-windows a hot entry is young in each, a
+ * cold one in about 1 of 8 (its own, per cycle, shared by all samples
+ * in it): the hot set must be found and ranked first.
+ */
+#define THP_NSUB	8
+#define THP_ENTRIES	(640 * MIB >> 21)
+
+static void huge_entries_ranked_by_young_rate(void)
+{
+	static const struct hrc_interval iv[] = {
+		{ SIM_REG_LO, SIM_REG_HI },
+	};
+	static u64 addr[2048], weight[2048];
+	struct hrc_interval pro[128], dem[128];
+	struct hrc_selection sel = {
+		.promo = pro, .promo_max = 128, .demo = dem, .demo_max = 128,
+	};
+	u32 sub[THP_ENTRIES];
+	u64 rng = 5, srng = 13, covered = 0, promoted = 0;
+	u64 hot_w = 0, cold_w = 0, hot_n = 0, cold_n = 0;
+	struct hrc_params p;
+	struct tctx t;
+	u32 ep, i, j, n, s;
+
+	hrc_default_params(&p);
+	p.nr_cpus = 2;
+	CHECK_EQ(tctx_init(&t, 2048, &p, iv, 1), 0);
+	for (ep = 0; ep < 60; ep++) {
+		struct hrc *c = &t.c;
+		u32 k = tier_abit_samples_per_range(c->nr, 32, 2048);
+
+		for (i = 0; i < THP_ENTRIES; i++) {
+			u64 a = SIM_REG_LO + ((u64)i << 21);
+
+			sub[i] = 0;
+			for (s = 0; s < THP_NSUB; s++)
+				sub[i] += a >= SIM_HOT_LO ||
+					  trand_below(&rng, THP_NSUB) == 0;
+		}
+		if (ep % 4 == 0)
+			for (i = 0; i < c->nr; i++)
+				hrc_set_resident(c, i, (c->ranges[i].end -
+						 c->ranges[i].start) / PG, 0);
+		n = 0;
+		for (i = 0; i < c->nr && n < 2048; i++) {
+			const struct hrc_range *r = &c->ranges[i];
+			u64 pages = (r->end - r->start) / PG, w;
+			u32 m = tier_abit_strata(pages, r->nr_resident,
+						 c->resident_known, k, 16);
+			u32 first = n;
+
+			for (j = 0; j < m && n < 2048; j++)
+				addr[n++] = tier_abit_sample_addr(&srng, r->start,
+								  r->end, j, m);
+			w = tier_abit_present_weight(c->resident_known ?
+						     r->nr_resident : pages,
+						     n - first);
+			for (j = first; j < n; j++)
+				weight[j] = w;
+		}
+		for (j = 0; j < n; j++) {
+			u32 e = (addr[j] - SIM_REG_LO) >> 21;
+			/* young at the end of the main window: always */
+			u64 w = tier_abit_young_weight(weight[j], true, true,
+						       sub[e], THP_NSUB);
+
+			if (addr[j] >= SIM_HOT_LO) {
+				hot_w += w;
+				hot_n += weight[j];
+			} else {
+				cold_w += w;
+				cold_n += weight[j];
+			}
+			if (w)
+				hrc_record_n(c, addr[j], w);
+		}
+		hrc_epoch(c);
+	}
+	/* per base page sampled: a hot entry weighs >= 4x a cold one */
+	CHECK(hot_n && cold_n);
+	CHECK(hot_w * cold_n >= 4 * cold_w * hot_n);
+	hrc_select(&t.c, 128 * MIB / PG, &sel);
+	CHECK(sel.nr_promo > 0);
+	if (!sel.nr_promo)
+		pro[0] = (struct hrc_interval){ 0, 0 };
+	for (i = 0; i < sel.nr_promo; i++) {
+		covered += sim_overlap(pro[i].start, pro[i].end + 1, SIM_HOT_LO,
+				       SIM_REG_HI);
+		promoted += pro[i].end + 1 - pro[i].start;
+	}
+	printf("     %u ranges, %u promoted (%llu MiB), hot set covered %llu of 64 MiB, hottest [%llx, %llx]\n",
+	       t.c.nr, sel.nr_promo, (unsigned long long)(promoted / MIB),
+	       (unsigned long long)(covered / MIB),
+	       (unsigned long long)pro[0].start,
+	       (unsigned long long)pro[0].end);
+	CHECK(covered * 10 >= 64 * MIB * 9);
+	CHECK(pro[0].start >= SIM_HOT_LO - 32 * MIB && pro[0].end <= SIM_REG_HI);
+	CHECK_EQ(hrc_validate(&t.c), 0);
+	tctx_free(&t);
+}
+
+/* P(an entry touched at @per_mille_us / 1000 per us is young in @us). */
+static u64 young_per_mille(u64 per_mille_us, u32 us)
+{
+	double idle = 1.0;
+	u32 i;
+
+	for (i = 0; i < us; i++)
+		idle *= 1.0 - per_mille_us / 1000.0;
+	return (u64)((1.0 - idle) * 1000.0);
+}
+
+/*
+ * The sub-window controller: starting at the longest sub-window, where
+ * cold and hot huge entries are both nearly always young (cold touched
+ * once per ms, hot 10x as often; 10 % of the entries hot), it narrows
+ * the sub-window until the young fraction is in [2 %, 15 %]; there a hot
+ * entry is young at least 4x as often as a cold one.
+ */
+static void huge_subwindow_finds_contrast(void)
+{
+	u32 us = TIER_TEST_HUGE_MAX_US, round;
+	u64 ph = 0, pc = 0;
+
+	ph = young_per_mille(10, us);
+	pc = young_per_mille(1, us);
+	CHECK(pc > 800);	/* saturated: no contrast at the start */
+	for (round = 0; round < 20; round++) {
+		ph = young_per_mille(10, us);
+		pc = young_per_mille(1, us);
+		/* 100 entries x 8 sub-windows, 10 of them hot */
+		us = tier_abit_next_window(us, (10 * ph + 90 * pc) * 8 / 1000,
+					   100 * 8, 2, 15, 20, 2000);
+	}
+	printf("     sub-window %u us: hot young %llu / 1000, cold %llu / 1000\n",
+	       us, (unsigned long long)ph, (unsigned long long)pc);
+	CHECK(us < TIER_TEST_HUGE_MAX_US);
+	CHECK(ph >= 4 * pc);
+	CHECK((10 * ph + 90 * pc) <= 100 * 150);
+}
+
 static void backoff_only_while_stable(void)
 {
 	u32 lvl = 0, i;
@@ -223,6 +396,9 @@ const struct hrc_test hrc_abit_plan_tests[] = {
 	HRC_TEST(estimate_matches_a_full_scan),
 	HRC_TEST(strata_follow_residency),
 	HRC_TEST(sampled_abit_isolates_the_hot_set),
+	HRC_TEST(young_weight_follows_the_rate),
+	HRC_TEST(huge_entries_ranked_by_young_rate),
+	HRC_TEST(huge_subwindow_finds_contrast),
 	HRC_TEST(backoff_only_while_stable),
 };
 const unsigned int hrc_nr_abit_plan_tests =
