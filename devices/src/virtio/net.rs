@@ -983,4 +983,4 @@ impl Server {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

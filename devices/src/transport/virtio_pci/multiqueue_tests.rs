@@ -188,7 +188,7 @@ fn a_two_pair_nic_serves_each_pair_on_its_thread_after_vq_pairs_set() {
     use std::os::unix::net::UnixDatagram;
 
     use crate::virtio::tap::TapQueues;
-    use crate::virtio::{Net, NetOptions};
+    use crate::virtio::Net;
 
     let (files, hosts): (Vec<std::fs::File>, Vec<UnixDatagram>) = (0..2)
         .map(|_| {
@@ -199,13 +199,7 @@ fn a_two_pair_nic_serves_each_pair_on_its_thread_after_vq_pairs_set() {
         .unzip();
     let net = Net::with_queues(
         TapQueues::new(files, false),
-        NetOptions {
-            mac: [2, 0, 0, 0, 0, 1],
-            mtu: None,
-            queue_size: 16,
-            offload_csum: true,
-            offload_tso: true,
-        },
+        crate::virtio::net::tests::options(),
     );
     let device: Arc<Mutex<dyn VirtioDevice>> = Arc::new(Mutex::new(net));
     let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10_0000)]).unwrap();

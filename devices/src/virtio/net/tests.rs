@@ -95,8 +95,9 @@ impl Recorder {
     }
 }
 
-/// The options the tests' devices use.
-fn options() -> NetOptions {
+/// The options the tests' devices use (here and in the virtio-pci
+/// multiqueue tests).
+pub(crate) fn options() -> NetOptions {
     NetOptions {
         mac: [2, 0, 0, 0, 0, 1],
         mtu: None,
