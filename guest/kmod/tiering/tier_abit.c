@@ -268,7 +268,7 @@ u64 tier_abit_pass(struct tier_target *t, struct mm_struct *mm, bool record,
 	return total;
 }
 
-/* What tier_abit_probe() found at one address. */
+/* What tier_abit_probe_entry() found at one address. */
 struct tier_abit_entry {
 	bool present, young, on_fast;
 	bool huge;		/* a PMD-mapped huge page */
@@ -339,19 +339,6 @@ out:
 	local_irq_restore(flags);
 }
 
-/* tier_abit_probe_entry() clearing base and huge entries alike. */
-static void tier_abit_probe(struct mm_struct *mm, unsigned long addr,
-			    bool clear, const struct tier_pfn_span *fast,
-			    bool *present, bool *young, bool *on_fast)
-{
-	struct tier_abit_entry e;
-
-	tier_abit_probe_entry(mm, addr, clear, clear, fast, &e);
-	*present = e.present;
-	*young = e.young;
-	*on_fast = e.on_fast;
-}
-
 /**
  * tier_abit_arm() - pick this cycle's sample pages and clear their bits.
  * @t:		target (tier_lock held).
@@ -387,11 +374,12 @@ void tier_abit_arm(struct tier_target *t, struct mm_struct *mm, u32 per_range)
 			for (tries = 0; tries < TIER_ABIT_TRIES; tries++) {
 				u64 a = tier_abit_sample_addr(&t->abit_rng, s,
 							      e, j, m);
-				bool present, young, on_fast;
+				struct tier_abit_entry en;
 
-				tier_abit_probe(mm, a, true, &tier_fast_span,
-						&present, &young, &on_fast);
-				if (!present)
+				/* arming clears base and huge entries alike */
+				tier_abit_probe_entry(mm, a, true, true,
+						      &tier_fast_span, &en);
+				if (!en.present)
 					continue;
 				t->abit_samp[n++].addr = a;
 				break;
