@@ -72,13 +72,6 @@ int reloc_persists(unsigned long start, unsigned long end,
 	return 0;
 }
 
-unsigned int reloc_next_backoff(unsigned int backoff, int moved, int awaiting)
-{
-	if (moved || awaiting || !backoff)
-		return 1;
-	return backoff < 8 ? backoff * 2 : 8;
-}
-
 /* A first guess for one page move before any has been measured. */
 #define CPU_BUDGET_FIRST_PAGE_NS	20000.0
 

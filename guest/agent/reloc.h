@@ -75,15 +75,6 @@ int reloc_persists(unsigned long start, unsigned long end,
 		   const unsigned long *ps, const unsigned long *pe, size_t n);
 
 /*
- * reloc_next_backoff() - epochs until target's next round (1..8): 1 after
- * a round that moved pages (@moved) or in which promote ranges qualified
- * without the previous round's confirmation (@awaiting: the confirming
- * round must come next, or "two rounds in a row" stretches to 2-8 epochs
- * apart); otherwise double @backoff, up to 8.
- */
-unsigned int reloc_next_backoff(unsigned int backoff, int moved, int awaiting);
-
-/*
  * CPU budget for the manager (agent + kernel worker): a token bucket in
  * nanoseconds of CPU.  It earns @pct % of the wall time that passes and
  * pays for all CPU the manager used; the pages a round may move follow

@@ -33,7 +33,6 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
-#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -607,8 +606,7 @@ static void round_one(int ti, int fmem, int smem, struct target_state *ts,
 	size_t promoted = 0, demoted = 0, moved;
 	long long ep, ep2;
 	long pid = target_pid(ti), freep, reserve;
-	int npi, npi_all, ndi, nv, pidfd;
-	bool awaiting = false;
+	int npi, ndi, nv, pidfd;
 	char path[128], val[96];
 	unsigned long alpha_pct = opt_alpha_pct ? opt_alpha_pct :
 		(unsigned long)sysfs_read_long("/sys/module/tiering/parameters/significance_pct", 200);
@@ -645,10 +643,7 @@ static void round_one(int ti, int fmem, int smem, struct target_state *ts,
 		dden[i] = demo_iv[i].density;
 	}
 	floor_d = reloc_density_floor(dden, dsz, (size_t)ndi);
-	npi_all = npi;
 	npi = filter_promo(promo_iv, npi, floor_d, alpha_pct, ts);
-	/* qualified now, not last round: the next round confirms them */
-	awaiting = ts->nq > (size_t)npi;
 	nv = read_vmas(pid, vma, MAX_VMAS);
 	if (nv <= 0)
 		goto out;
@@ -741,8 +736,10 @@ static void round_one(int ti, int fmem, int smem, struct target_state *ts,
 	}
 	cpu_budget_learn(cb, self_cpu_ns() - c0, i + demoted);
 account:
-	ts->backoff = reloc_next_backoff(ts->backoff, promoted || demoted,
-					 awaiting);
+	if (promoted || demoted)
+		ts->backoff = 1;
+	else if (ts->backoff < 8)
+		ts->backoff *= 2;
 	as->rounds++;
 	as->promoted += promoted;
 	as->demoted += demoted;
@@ -756,13 +753,6 @@ account:
 			"promoted %zu demoted %zu failed %zu, queried %zu\n",
 			ti, pid, ep, pro.n, dem.n, hl0, promoted, demoted,
 			failed, opt_scan_cap - budget);
-	else if (opt_verbose && !shed)
-		fprintf(stderr, "agent: target %d pid %ld epoch %lld: "
-			"nothing moved: %d promote ranges, %zu %.1fx denser "
-			"than the demote mean %.4g, %d of them confirmed; "
-			"next round in %u epochs\n",
-			ti, pid, ep, npi_all, ts->nq, alpha_pct / 100.0,
-			floor_d, npi, ts->backoff);
 out:
 	close(pidfd);
 	free(pw);

@@ -204,33 +204,6 @@ static void reloc_hysteresis_ignores_noise(void)
 	CHECK(!reloc_persists(0x1000, 0x1fff, ps, pe, 0));
 }
 
-/*
- * A round in which ranges qualified for the first time is followed by the
- * next epoch's (their confirming round), however long the back-off was:
- * doubling it there had the confirmation come 2-8 epochs later and, with
- * ranges that qualified every other look, never (l2-kernel-6.1, CI).
- */
-static void reloc_backoff_keeps_confirmation_next(void)
-{
-	unsigned int b = 1;
-
-	/* nothing moved, nothing waiting: 2, 4, 8, 8 */
-	b = reloc_next_backoff(b, 0, 0);
-	CHECK_EQ(b, 2);
-	b = reloc_next_backoff(b, 0, 0);
-	CHECK_EQ(b, 4);
-	b = reloc_next_backoff(b, 0, 0);
-	CHECK_EQ(b, 8);
-	b = reloc_next_backoff(b, 0, 0);
-	CHECK_EQ(b, 8);
-	/* first-time qualifiers: the next epoch confirms them */
-	CHECK_EQ(reloc_next_backoff(8, 0, 1), 1);
-	/* a round that moved pages */
-	CHECK_EQ(reloc_next_backoff(8, 1, 0), 1);
-	/* a state never set (0) starts over */
-	CHECK_EQ(reloc_next_backoff(0, 0, 0), 1);
-}
-
 static void reloc_plan_is_balanced(void)
 {
 	size_t p, d, hl;
@@ -333,7 +306,6 @@ const struct hrc_test hrc_sample_tests[] = {
 	HRC_TEST(pebs_stream_finds_hot_spot),
 	HRC_TEST(abit_window_tracks_young_fraction),
 	HRC_TEST(reloc_plan_is_balanced),
-	HRC_TEST(reloc_backoff_keeps_confirmation_next),
 	HRC_TEST(reloc_hysteresis_ignores_noise),
 	HRC_TEST(cpu_budget_limits_moves),
 	HRC_TEST(balloon_hold_waits_only_for_a_growing_balloon),
