@@ -124,7 +124,13 @@ else
 fi
 
 # ---- tiering.ko + tiering-agent on a GUPS target ----
-if insmod_clean tiering /tb/kmod/tiering.ko ${abit_flush:+abit_tlb_flush=$abit_flush}; then
+# abit_max_level=1: this scenario checks that the manager works on 6.1,
+# not how fast it converges (tiering-gups does, with the defaults). With
+# the default back-off (scanner epochs up to 8 s) and the agent's own
+# (rounds up to 8 epochs apart), a hot range must qualify in two rounds
+# up to a minute apart, and in 2 of 6 runs on 27 Nov none did within the
+# 45 s: nothing promoted. That interplay is open work (issue 14).
+if insmod_clean tiering /tb/kmod/tiering.ko abit_max_level=1 ${abit_flush:+abit_tlb_flush=$abit_flush}; then
     tb_check tiering-sysfs-present test -d "$SYS/targets"
     tb_check_eq tiering-fmem-node-0 0 "$(cat "$SYS/fmem_node" 2>/dev/null)"
     tb_check_eq tiering-smem-node-1 1 "$(cat "$SYS/smem_node" 2>/dev/null)"
