@@ -6,7 +6,8 @@
 //! ```text
 //! 0x0000_0500  GDT                    0x0000_7000  boot_params (zero page)
 //! 0x0000_9000  PML4, PDPTE, PDE       0x0002_0000  kernel command line
-//! 0x0009_fc00  EBDA .. 0x000f_ffff    reserved; ACPI tables at 0x000e_0000
+//! 0x0009_fc00  EBDA .. 0x000f_ffff    reserved; MP table at 0x0009_fc00,
+//!                                     ACPI tables at 0x000e_0000
 //! 0x0010_0000  RAM (kernel, initramfs, ...)
 //! 0xc000_0000  32-bit device hole: PCI BARs (0xc000_0000), virtio-mmio
 //!              (0xd000_0000), PCI ECAM (0xe000_0000), IOAPIC, LAPIC
@@ -70,6 +71,8 @@ pub const PCI_CONFIG_IO_PORT: u16 = 0xcf8;
 /// First GSI for MSI-X vectors: above the IOAPIC's pins, routed by KVM
 /// GSI routing to MSI messages.
 pub const PCI_MSI_FIRST_GSI: u32 = IOAPIC_NUM_PINS;
+/// APIC id of the IOAPIC (the MADT and the MP table).
+pub const IOAPIC_ID: u8 = 0;
 /// IOAPIC base address (the standard one).
 pub const IOAPIC_START: u64 = 0xfec0_0000;
 /// Local APIC base address (the standard one).

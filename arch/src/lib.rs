@@ -1,5 +1,5 @@
 //! x86-64 platform description for the VMM: the guest physical memory map,
-//! the e820 table, boot-time CPU state and the ACPI tables.
+//! the e820 table, boot-time CPU state, the MP table and the ACPI tables.
 
 #![deny(missing_docs)]
 
@@ -7,4 +7,5 @@ pub mod acpi;
 pub mod boot;
 pub mod cpuid;
 pub mod layout;
+pub mod mptable;
 pub mod regs;

@@ -40,6 +40,9 @@ pub enum VmError {
     /// vCPU register setup failed.
     #[error(transparent)]
     Regs(#[from] arch::regs::RegsError),
+    /// The MP table could not be written.
+    #[error(transparent)]
+    Mptable(#[from] arch::mptable::MptableError),
     /// A device could not be created or attached.
     #[error("device setup: {0}")]
     Device(String),

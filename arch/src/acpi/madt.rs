@@ -15,7 +15,7 @@ use crate::layout;
 const MADT_REVISION: u8 = 5;
 /// MADT flag: the system also has dual 8259 PICs.
 const PCAT_COMPAT: u32 = 1;
-const IOAPIC_ID: u8 = 0;
+const IOAPIC_ID: u8 = layout::IOAPIC_ID;
 const LAPIC_ADDR: u32 = layout::APIC_START as u32;
 const IOAPIC_ADDR: u32 = layout::IOAPIC_START as u32;
 const _: () = assert!(layout::APIC_START <= u32::MAX as u64);

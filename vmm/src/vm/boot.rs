@@ -202,6 +202,7 @@ pub(super) fn write_boot_tables(
     arch::regs::write_boot_structures(mem)?;
     let mut acpi = super::acpi_config(config, memory, devices.mmio_descs());
     acpi.pci = devices.pci_host();
+    arch::mptable::write_mptable(mem, acpi.vcpus.into(), acpi.max_vcpus.into())?;
     let rsdp =
         arch::acpi::create_acpi_tables(mem, &acpi).map_err(|e| VmError::Acpi(e.to_string()))?;
     arch::boot::write_boot_params(
