@@ -147,6 +147,12 @@ impl ChainBuffers {
         &self.readable
     }
 
+    /// The device-writable buffers, in order (each checked to lie in
+    /// guest RAM), for I/O straight into guest memory.
+    pub fn writable_buffers(&self) -> &[(GuestAddress, u32)] {
+        &self.writable
+    }
+
     /// Bytes the device may read.
     pub fn readable_len(&self) -> u64 {
         self.readable_len

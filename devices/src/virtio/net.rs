@@ -16,15 +16,23 @@
 //! the header the other side wrote, less what was not negotiated. The
 //! device thread moves frames with non-blocking reads and writes:
 //!
-//! * RX: a frame is read from the TAP and put in the next receive buffer,
-//!   or, with mergeable buffers (`VIRTIO_NET_F_MRG_RXBUF`, always offered,
-//!   as upstream), in as many buffers as it takes, their count in the
-//!   header's `num_buffers`. When the guest has too few buffers left, the
-//!   frame (and the buffers already taken for it) is kept, the TAP is
-//!   taken out of the epoll set (no spinning on a readable TAP) and put
-//!   back on the next RX queue notification. A frame larger than the
-//!   buffer (without mergeable buffers) or than the whole ring (with them)
-//!   is dropped and counted; the buffers are kept for the next frame.
+//! * RX: a frame goes to the next receive buffer or, with mergeable
+//!   buffers (`VIRTIO_NET_F_MRG_RXBUF`, always offered, as upstream), to
+//!   as many as it takes, their count in the header's `num_buffers`. It
+//!   is read from the TAP with one `readv` straight into them: chains are
+//!   taken from the ring ahead of the frames (enough for the largest
+//!   one, each parsed once and held until a frame uses it); the 12-byte
+//!   header goes to the VMM's own copy, completed there (offloads,
+//!   `num_buffers`) and then written to the guest; what the held chains
+//!   cannot take (too few posted, a buffer across two memory regions,
+//!   more than 128 pieces) goes to a bounce buffer and is copied once
+//!   more chains come (`rx_copied`). When the guest has too few buffers
+//!   left, the frame (and the buffers already taken for it) is kept, the
+//!   TAP is taken out of the epoll set (no spinning on a readable TAP)
+//!   and put back on the next RX queue notification. A frame larger than
+//!   the buffer (without mergeable buffers), than the whole ring (with
+//!   them) or than [`MAX_PACKET`] is dropped and counted; the buffers are
+//!   kept for the next frame.
 //! * TX: each chain (device-readable only) is written to the TAP as one
 //!   frame, with the header fields no offload feature allows cleared: one
 //!   `writev` of a filtered copy of the header and the chain's buffers in
@@ -41,7 +49,7 @@
 //! outside RAM are returned unused, counted, and the first is logged.
 
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -82,6 +90,11 @@ const CTRL_TOKEN: u64 = 3;
 /// Most pieces a frame is written to the TAP from without a copy: the
 /// header and the chain's buffers (Linux uses at most MAX_SKB_FRAGS + 2).
 const TX_IOVECS: usize = 64;
+/// Most pieces a frame is read from the TAP into: the header (into the
+/// bounce buffer), the receive chains' buffers, the bounce buffer's tail.
+/// Linux's mergeable buffers are 1.5 to 4 KiB, so 17 to 43 chains of one
+/// buffer each cover a 64 KiB frame.
+const RX_IOVECS: usize = 128;
 /// Most queue pairs a NIC may have (`num_queues` up to 128).
 pub const MAX_QUEUE_PAIRS: usize = 64;
 
@@ -110,6 +123,10 @@ pub struct NetMetrics {
     pub tap_errors: AtomicU64,
     /// Times RX stopped reading the TAP for want of guest buffers.
     pub rx_no_buffers: AtomicU64,
+    /// Frames given to the guest partly or wholly by copy, through the
+    /// bounce buffer, instead of read straight into its buffers (too few
+    /// buffers posted, or buffers that do not lend themselves to it).
+    pub rx_copied: AtomicU64,
     /// Guest writes to the configuration space, ignored.
     pub config_writes: AtomicU64,
     /// Control queue commands (multiqueue only).
@@ -132,6 +149,7 @@ impl DeviceCounters for NetMetrics {
             ("bad_descriptors", l(&self.bad_descriptors)),
             ("tap_errors", l(&self.tap_errors)),
             ("rx_no_buffers", l(&self.rx_no_buffers)),
+            ("rx_copied", l(&self.rx_copied)),
             ("config_writes", l(&self.config_writes)),
             ("ctrl_commands", l(&self.ctrl_commands)),
             ("ctrl_refused", l(&self.ctrl_refused)),
@@ -397,9 +415,22 @@ struct Server {
     metrics: Arc<NetMetrics>,
     /// Which header fields pass each way.
     offloads: Offloads,
-    /// A frame read from the TAP and not yet delivered, and its length.
+    /// The header of each frame read from the TAP, and the part of a
+    /// frame that did not fit the held receive chains (at its offset in
+    /// the frame); MAX_PACKET + 1 bytes, so a longer frame shows.
     rx_frame: Vec<u8>,
+    /// The length of a frame read from the TAP and not yet delivered.
     rx_pending: Option<usize>,
+    /// The pending frame's bytes 12..rx_in_place lie in place in the
+    /// held chains (in ring order, from the first); its header and the
+    /// rest are in `rx_frame`.
+    rx_in_place: usize,
+    /// How many bytes of held chains the next read covers with iovecs:
+    /// the largest frame lately, decaying (so small frames, such as the
+    /// ACKs of a guest's TCP stream, are not read with 40-odd iovecs
+    /// into 64 KiB of buffers), back to [`MAX_PACKET`] after a frame that
+    /// did not fit.
+    rx_expect: usize,
     /// Whether the TAP is in the epoll set with EPOLLIN.
     tap_armed: bool,
     /// Whether the TAP is in the epoll set at all: a TAP deleted on the
@@ -409,8 +440,11 @@ struct Server {
     tx_frame: Vec<u8>,
     /// Whether the driver negotiated `VIRTIO_NET_F_MRG_RXBUF`.
     mrg_rxbuf: bool,
-    /// Receive chains taken for the pending frame (mergeable buffers
-    /// only), in ring order, and their writable bytes.
+    /// Receive chains taken from the ring and not yet used, in ring
+    /// order, and their writable bytes: taken ahead of the frames, so
+    /// each is read into straight from the TAP, enough for the largest
+    /// frame with mergeable buffers (or all the ring has), one without.
+    /// Each is parsed once and kept until a frame uses it.
     rx_held: Vec<ChainBuffers>,
     rx_held_len: u64,
 }
@@ -510,8 +544,10 @@ impl Server {
             tap,
             metrics,
             offloads: Offloads::default(),
-            rx_frame: vec![0u8; MAX_PACKET],
+            rx_frame: vec![0u8; MAX_PACKET + 1],
             rx_pending: None,
+            rx_in_place: 0,
+            rx_expect: MAX_PACKET,
             tap_armed: true,
             tap_registered: true,
             tx_frame: vec![0u8; MAX_PACKET],
@@ -617,34 +653,47 @@ impl Server {
         for _ in 0..usize::from(self.rx.size()).max(1) * 2 {
             let len = match self.rx_pending {
                 Some(len) => len,
-                None => match (&*self.tap).read(&mut self.rx_frame) {
-                    Ok(n) if n < VNET_HDR_LEN + ETH_HLEN => {
-                        self.metrics.rx_dropped.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                    Ok(n) => {
-                        self.rx_pending = Some(n);
-                        n
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                None => {
+                    if let RxStep::Stop = self.rx_hold_ahead(&mut used) {
                         budget_spent = false;
                         break;
                     }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    // The TAP went away under us (deleted on the host):
-                    // it polls as an error forever, so stop watching it
-                    // until the next RX notification.
-                    Err(e) if e.raw_os_error() == Some(libc::EBADFD) => {
-                        self.unregister_tap(epoll);
-                        budget_spent = false;
-                        break;
+                    match self.read_frame() {
+                        Ok((n, _)) if n < VNET_HDR_LEN + ETH_HLEN => {
+                            self.metrics.rx_dropped.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                        Ok((n, _)) if n > MAX_PACKET => {
+                            if self.metrics.rx_dropped.fetch_add(1, Ordering::Relaxed) == 0 {
+                                warn!("net: {n}-byte frame from the TAP is longer than {MAX_PACKET} bytes; dropped");
+                            }
+                            continue;
+                        }
+                        Ok((n, in_place)) => {
+                            self.rx_pending = Some(n);
+                            self.rx_in_place = in_place;
+                            n
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            budget_spent = false;
+                            break;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        // The TAP went away under us (deleted on the host):
+                        // it polls as an error forever, so stop watching it
+                        // until the next RX notification.
+                        Err(e) if e.raw_os_error() == Some(libc::EBADFD) => {
+                            self.unregister_tap(epoll);
+                            budget_spent = false;
+                            break;
+                        }
+                        Err(e) => {
+                            self.tap_error("reading", &e);
+                            budget_spent = false;
+                            break;
+                        }
                     }
-                    Err(e) => {
-                        self.tap_error("reading", &e);
-                        budget_spent = false;
-                        break;
-                    }
-                },
+                }
             };
             let step = if self.mrg_rxbuf {
                 self.rx_mergeable(len, &mut used)
@@ -691,30 +740,167 @@ impl Server {
         }
     }
 
+    /// Takes the next receive chain from the ring into `rx_held` or, when
+    /// it is malformed, returns it empty at once (before the buffers of
+    /// the frame being filled, so a frame's buffers stay consecutive).
+    /// None when the ring is empty; Stop when the used ring cannot be
+    /// written.
+    fn hold_next_chain(&mut self, used: &mut bool) -> Option<RxStep> {
+        let (head, parsed) = ChainBuffers::pop(&mut self.rx, &self.mem)?;
+        let bad = match parsed {
+            Err(e) => e.to_string(),
+            Ok(b) if b.readable_len() != 0 => {
+                "receive buffer with device-readable descriptors".into()
+            }
+            // Section 5.1.6.3.1: each buffer at least the header.
+            Ok(b) if self.mrg_rxbuf && b.writable_len() < VNET_HDR_LEN as u64 => {
+                "mergeable receive buffer shorter than the 12-byte header".into()
+            }
+            Ok(b) => {
+                self.rx_held_len += b.writable_len();
+                self.rx_held.push(b);
+                return Some(RxStep::Next);
+            }
+        };
+        self.count_bad(&bad);
+        Some(self.give_rx(head, 0, used))
+    }
+
+    /// Holds receive chains for the next frame before it is read, so it
+    /// is read straight into them: with mergeable buffers enough for the
+    /// largest frame (or all the ring has), one chain without. Held
+    /// chains stay for the frames after when the next one needs fewer.
+    fn rx_hold_ahead(&mut self, used: &mut bool) -> RxStep {
+        let size = usize::from(self.rx.size());
+        // Bounded: bad chains posted as fast as they come back cannot
+        // keep the thread here.
+        for _ in 0..size {
+            let enough = if self.mrg_rxbuf {
+                self.rx_held_len >= MAX_PACKET as u64 || self.rx_held.len() >= size
+            } else {
+                !self.rx_held.is_empty()
+            };
+            if enough {
+                break;
+            }
+            match self.hold_next_chain(used) {
+                None => break,
+                Some(RxStep::Stop) => return RxStep::Stop,
+                Some(_) => {}
+            }
+        }
+        RxStep::Next
+    }
+
+    /// Reads the next frame from the TAP with one `readv`: its header into
+    /// `rx_frame` (the VMM's own copy, filled in before the guest gets
+    /// it), the rest straight into the held receive chains (whole chains
+    /// covering `rx_expect` bytes, as far as they lend themselves to it:
+    /// each buffer within one memory region, at most [`RX_IOVECS`]
+    /// pieces), and what does not fit them into `rx_frame`, at its offset
+    /// in the frame. Returns the frame's length and how many of its first
+    /// bytes the chains hold. The iovecs always take more than
+    /// [`MAX_PACKET`] bytes: a TAP cuts a frame to its reader's iovecs
+    /// silently, so a longer frame must read as longer to be dropped.
+    fn read_frame(&mut self) -> io::Result<(usize, usize)> {
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; RX_IOVECS];
+        // iov[0] is the header, set below.
+        let mut n = 1;
+        // Bytes of the chains the iovecs cover: the frame's bytes 0..room
+        // (less the header) go in place.
+        let mut room = 0usize;
+        'chains: for c in &self.rx_held {
+            if room >= self.rx_expect {
+                break;
+            }
+            let first = n;
+            let mut skip = VNET_HDR_LEN.saturating_sub(room) as u64;
+            for &(addr, len) in c.writable_buffers() {
+                let len = u64::from(len);
+                if skip >= len {
+                    skip -= len;
+                    continue;
+                }
+                // Each buffer is below 4 GiB.
+                let piece = (len - skip) as usize;
+                // One iovec stays for the tail.
+                let slice = match addr.checked_add(skip).map(|a| self.mem.get_slice(a, piece)) {
+                    Some(Ok(s)) if n + 1 < RX_IOVECS => s,
+                    // Across two memory regions, or too many pieces: this
+                    // chain and the ones after are filled by copy.
+                    _ => {
+                        n = first;
+                        break 'chains;
+                    }
+                };
+                skip = 0;
+                iov[n] = libc::iovec {
+                    iov_base: slice.ptr_guard_mut().as_ptr().cast(),
+                    iov_len: slice.len(),
+                };
+                n += 1;
+            }
+            // Below 4 GiB per chain; room stops growing past rx_expect.
+            room += c.writable_len() as usize;
+        }
+        let cap = self.rx_frame.len();
+        let frame = self.rx_frame.as_mut_ptr();
+        iov[0] = libc::iovec {
+            iov_base: frame.cast(),
+            iov_len: VNET_HDR_LEN,
+        };
+        let tail = room.max(VNET_HDR_LEN);
+        if tail < cap {
+            iov[n] = libc::iovec {
+                iov_base: frame.wrapping_add(tail).cast(),
+                iov_len: cap - tail,
+            };
+            n += 1;
+        }
+        // SAFETY: iov[..n] points at `rx_frame` (owned by self, not
+        // otherwise borrowed during the call; the header and the tail
+        // are disjoint, both within its `cap` bytes) and at guest RAM
+        // checked by get_slice, each piece within one mapped region and
+        // mapped as long as `self.mem` (no Xen mappings here, so the
+        // pointer outlives its guard; no dirty bitmap to mark, the memory
+        // being GuestMemoryMmap<()>). The kernel writes at most iov_len
+        // bytes to each; guest RAM is never seen through a Rust
+        // reference. n <= RX_IOVECS.
+        let r = unsafe { libc::readv(self.tap.as_raw_fd(), iov.as_ptr(), n as libc::c_int) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // Not negative.
+        let len = r as usize;
+        self.rx_expect = if len > room {
+            MAX_PACKET
+        } else {
+            len.max(self.rx_expect - self.rx_expect / 8)
+        };
+        Ok((len, room.min(len)))
+    }
+
     /// Puts the pending `len`-byte frame in the next receive buffer, one
     /// chain per frame (no mergeable buffers).
     fn rx_single(&mut self, len: usize, used: &mut bool) -> RxStep {
-        let Some((head, parsed)) = ChainBuffers::pop(&mut self.rx, &self.mem) else {
-            return RxStep::NoBuffers;
-        };
-        let written = match parsed {
-            Err(e) => {
-                self.count_bad(&e.to_string());
-                0
+        if self.rx_held.is_empty() {
+            match self.hold_next_chain(used) {
+                None => return RxStep::NoBuffers,
+                Some(RxStep::Next) if !self.rx_held.is_empty() => {}
+                // A malformed chain returned (the loop comes back), or Stop.
+                Some(step) => return step,
             }
-            Ok(b) if b.readable_len() != 0 => {
-                self.count_bad("receive buffer with device-readable descriptors");
-                0
-            }
-            Ok(b) if b.writable_len() < len as u64 => {
-                // Drop the frame, keep the buffer for the next one.
-                self.drop_pending(len, b.writable_len());
-                self.rx.set_next_avail(self.rx.next_avail().wrapping_sub(1));
-                return RxStep::Next;
-            }
-            Ok(b) => self.deliver(&b, len),
-        };
-        self.give_rx(head, written, used)
+        }
+        let room = self.rx_held[0].writable_len();
+        if room < len as u64 {
+            // Drop the frame, keep the buffer for the next one.
+            self.drop_pending(len, room);
+            return RxStep::Next;
+        }
+        self.give_frame(1, len, used)
     }
 
     /// Returns receive buffer `head` with `written` bytes; Stop when the
@@ -735,6 +921,7 @@ impl Server {
             warn!("net: {len}-byte frame does not fit {room} bytes of receive buffers; dropped");
         }
         self.rx_pending = None;
+        self.rx_in_place = 0;
     }
 
     /// Puts the pending `len`-byte frame in as many receive buffers as it
@@ -754,74 +941,82 @@ impl Server {
                 self.drop_pending(len, self.rx_held_len);
                 return RxStep::Next;
             }
-            let Some((head, parsed)) = ChainBuffers::pop(&mut self.rx, &self.mem) else {
-                return RxStep::NoBuffers;
-            };
-            // Returned unused at once: before this frame's buffers in the
-            // used ring, so a packet's buffers stay consecutive.
-            let bad = match parsed {
-                Err(e) => e.to_string(),
-                Ok(b) if b.readable_len() != 0 => {
-                    "receive buffer with device-readable descriptors".into()
-                }
-                // Section 5.1.6.3.1: each buffer at least the header.
-                Ok(b) if b.writable_len() < VNET_HDR_LEN as u64 => {
-                    "mergeable receive buffer shorter than the 12-byte header".into()
-                }
-                Ok(b) => {
-                    self.rx_held_len += b.writable_len();
-                    self.rx_held.push(b);
-                    continue;
-                }
-            };
-            self.count_bad(&bad);
-            if let RxStep::Stop = self.give_rx(head, 0, used) {
-                return RxStep::Stop;
+            match self.hold_next_chain(used) {
+                None => return RxStep::NoBuffers,
+                Some(RxStep::Stop) => return RxStep::Stop,
+                Some(_) => {}
             }
         }
-        // The fewest held buffers that hold the frame (after a dropped
-        // frame the held ones may be more than this one needs).
+        // The fewest held buffers that hold the frame (held chains may be
+        // more than this one needs).
         let mut count = 0;
         let mut room = 0u64;
         while room < need {
             room += self.rx_held[count].writable_len();
             count += 1;
         }
-        let chains: Vec<ChainBuffers> = self.rx_held.drain(..count).collect();
-        self.rx_held_len -= chains.iter().map(ChainBuffers::writable_len).sum::<u64>();
+        self.give_frame(count, len, used)
+    }
+
+    /// Gives the pending `len`-byte frame to the guest in the first
+    /// `count` held chains, returned consecutively: the header from
+    /// `rx_frame`, completed by [`Offloads::fill_rx`] (`num_buffers` =
+    /// `count`), then the bytes that are not in place yet (past
+    /// `rx_in_place`), copied from `rx_frame`.
+    fn give_frame(&mut self, count: usize, len: usize, used: &mut bool) -> RxStep {
+        // The part of the frame chain `c` takes at frame offset `off`:
+        // below MAX_PACKET.
+        let part = |c: &ChainBuffers, off: usize| c.writable_len().min((len - off) as u64) as usize;
         // count <= queue size <= 32768.
         self.offloads
-            .fill_rx(&mut self.rx_frame[..len], count as u16);
-        let mut lens = Vec::with_capacity(count);
-        let mut off = 0usize;
-        let mut ok = true;
-        for c in &chains {
-            // At most len - off, which is a usize.
-            let n = c.writable_len().min((len - off) as u64) as usize;
-            ok &= c
-                .write_at(&self.mem, 0, &self.rx_frame[off..off + n])
-                .is_ok();
-            // n <= MAX_PACKET.
-            lens.push(n as u32);
-            off += n;
+            .fill_rx(&mut self.rx_frame[..VNET_HDR_LEN], count as u16);
+        let chains = &self.rx_held[..count];
+        let copy_from = self.rx_in_place.max(VNET_HDR_LEN);
+        let mut ok = chains.first().is_some_and(|c| {
+            c.write_at(&self.mem, 0, &self.rx_frame[..VNET_HDR_LEN])
+                .is_ok()
+        });
+        let mut off = 0;
+        for c in chains {
+            let end = off + part(c, off);
+            let from = copy_from.max(off);
+            if from < end {
+                ok &= c
+                    .write_at(&self.mem, (from - off) as u64, &self.rx_frame[from..end])
+                    .is_ok();
+            }
+            off = end;
         }
         if ok {
             self.count_rx(len);
+            if copy_from < len {
+                self.metrics.rx_copied.fetch_add(1, Ordering::Relaxed);
+            }
         } else {
             // Parsed buffers lie in guest RAM, so only a change of guest
             // memory gets here: each buffer goes back empty (a runt the
             // driver drops), the frame with them.
             self.count_bad("receive buffer outside guest memory");
             self.metrics.rx_dropped.fetch_add(1, Ordering::Relaxed);
-            lens.iter_mut().for_each(|l| *l = 0);
         }
         self.rx_pending = None;
-        for (c, n) in chains.iter().zip(lens) {
-            if let RxStep::Stop = self.give_rx(c.head, n, used) {
-                return RxStep::Stop;
+        self.rx_in_place = 0;
+        let mut step = RxStep::Next;
+        let mut off = 0;
+        for i in 0..count {
+            let c = &self.rx_held[i];
+            let (head, n) = (c.head, part(c, off));
+            off += n;
+            // n <= MAX_PACKET.
+            let written = if ok { n as u32 } else { 0 };
+            if let RxStep::Stop = self.give_rx(head, written, used) {
+                step = RxStep::Stop;
+                break;
             }
         }
-        RxStep::Next
+        let gone: u64 = self.rx_held.drain(..count).map(|c| c.writable_len()).sum();
+        self.rx_held_len -= gone;
+        step
     }
 
     fn count_rx(&self, len: usize) {
@@ -829,19 +1024,6 @@ impl Server {
         self.metrics
             .rx_bytes
             .fetch_add((len - VNET_HDR_LEN) as u64, Ordering::Relaxed);
-    }
-
-    /// Copies the pending frame into `b`; returns the used length.
-    fn deliver(&mut self, b: &ChainBuffers, len: usize) -> u32 {
-        self.offloads.fill_rx(&mut self.rx_frame[..len], 1);
-        if b.write_at(&self.mem, 0, &self.rx_frame[..len]).is_err() {
-            self.count_bad("receive buffer outside guest memory");
-            return 0;
-        }
-        self.rx_pending = None;
-        self.count_rx(len);
-        // len <= MAX_PACKET.
-        len as u32
     }
 
     /// Writes the chain's frame to the TAP straight from guest memory

@@ -485,6 +485,7 @@ mod fuzz {
 mod mergeable;
 mod multiqueue;
 mod notify;
+mod zero_copy;
 
 #[test]
 fn negotiated_offloads_pass_the_header_both_ways() {
