@@ -15,12 +15,22 @@
 //       BYTES, shuts its side down and waits for the receiver to close, so
 //       the time covers the data arriving. Prints "bytes=N ms=N".
 //
+//   devbench tcprecv PORT BYTES STREAMS [LIMIT [READY]]
+//       Listens on STREAMS ports, PORT, PORT+1, ...; each (on CPU i) takes
+//       one connection and reads BYTES from it, then closes it. Once every
+//       port listens, prints READY (when given) on stderr, for whoever
+//       starts the senders. The time runs from the first connection
+//       accepted to the last byte of the last stream. Prints
+//       "bytes=N ms=N wait_ms=N" (wait_ms: from listening to the first
+//       connection).
+//
 // Times are the guest's clock (CLOCK_MONOTONIC).
 //
 // Bounded: a disk run that has not finished STALL_S seconds after its
 // SECONDS (a request the device never completes), a TCP stream that makes
-// no progress for STALL_S seconds (connect, send or the wait for the
-// receiver's close) and a TCP run longer than LIMIT seconds (default 120)
+// no progress for STALL_S seconds (connect, send, the wait for the
+// receiver's close, the wait for a sender or a read) and a TCP run longer
+// than LIMIT seconds (default 120)
 // print what each thread was doing to stderr and exit with status 3.
 
 #define _GNU_SOURCE
@@ -50,9 +60,11 @@
 #define XSTR(x) STR(x)
 #define TCP_LIMIT_S 120
 
-enum phase { PH_START, PH_CONNECT, PH_SEND, PH_WAIT_CLOSE, PH_DONE };
+enum phase { PH_START, PH_CONNECT, PH_SEND, PH_WAIT_CLOSE, PH_ACCEPT, PH_RECV, PH_DONE };
 static const char *const phase_name[] = { "starting", "connecting", "sending",
-					  "waiting for the receiver's close", "done" };
+					  "waiting for the receiver's close",
+					  "waiting for the sender's connection", "receiving",
+					  "done" };
 
 struct worker {
 	pthread_t thread;
@@ -63,15 +75,18 @@ struct worker {
 	int write;
 	uint64_t first, blocks; /* slice (sequential) or whole device (random) */
 	/* tcp */
-	struct sockaddr_in addr;
+	struct sockaddr_in addr; /* the receiver's (tcp) or ours (tcprecv) */
 	uint64_t bytes;
+	int receiving;
+	int lsock; /* tcprecv: the listening socket */
 	int sock;
 	/* progress, read by the main thread when a run overstays (atomics) */
 	int phase;
 	uint64_t cur_block;
-	uint64_t sent;
+	uint64_t sent; /* bytes written (tcp) or read (tcprecv) so far */
 	/* results */
 	uint64_t ops;
+	uint64_t first_ms; /* tcprecv: connection accepted */
 	uint64_t done_ms;
 	int err;
 };
@@ -177,6 +192,12 @@ static void set_phase(struct worker *w, int phase)
 	__atomic_store_n(&w->phase, phase, __ATOMIC_RELAXED);
 }
 
+/* errno of a blocking call that timed out after SO_SNDTIMEO/SO_RCVTIMEO */
+static int stalled(int err)
+{
+	return err == EAGAIN || err == EWOULDBLOCK || err == EINPROGRESS || err == ETIMEDOUT;
+}
+
 /* One line on a stream's TCP state, for a stream that stalls. */
 static void tcp_state(const struct worker *w, const char *why)
 {
@@ -184,10 +205,11 @@ static void tcp_state(const struct worker *w, const char *why)
 	socklen_t len = sizeof(ti);
 	int s = __atomic_load_n(&w->sock, __ATOMIC_RELAXED);
 
-	fprintf(stderr, "devbench: tcp stream %d (port %d): %s while %s, %llu of %llu bytes written",
+	fprintf(stderr, "devbench: tcp stream %d (port %d): %s while %s, %llu of %llu bytes %s",
 		w->index, ntohs(w->addr.sin_port), why,
 		phase_name[__atomic_load_n(&w->phase, __ATOMIC_RELAXED)],
-		(unsigned long long)load64(&w->sent), (unsigned long long)w->bytes);
+		(unsigned long long)load64(&w->sent), (unsigned long long)w->bytes,
+		w->receiving ? "read" : "written");
 	memset(&ti, 0, sizeof(ti));
 	if (s >= 0 && !getsockopt(s, IPPROTO_TCP, TCP_INFO, &ti, &len))
 		fprintf(stderr, "; tcp_info state=%u retransmits=%u backoff=%u unacked=%u lost=%u retrans=%u snd_cwnd=%u rtt_us=%u last_data_sent_ms=%u last_ack_recv_ms=%u total_retrans=%u",
@@ -197,10 +219,13 @@ static void tcp_state(const struct worker *w, const char *why)
 	fputc('\n', stderr);
 }
 
-/* errno of a blocking call that timed out after SO_SNDTIMEO/SO_RCVTIMEO */
-static int stalled(int err)
+/* tcp_state() for a worker that failed with w->err */
+static void tcp_failed(const struct worker *w)
 {
-	return err == EAGAIN || err == EWOULDBLOCK || err == EINPROGRESS || err == ETIMEDOUT;
+	if (stalled(w->err))
+		tcp_state(w, "no progress for " XSTR(STALL_S) " s");
+	else
+		tcp_state(w, strerror(w->err));
 }
 
 static void *tcp_worker(void *arg)
@@ -258,10 +283,62 @@ static void *tcp_worker(void *arg)
 	w->done_ms = now_ms();
 	goto out;
 fail:
-	if (stalled(w->err))
-		tcp_state(w, "no progress for " XSTR(STALL_S) " s");
-	else
-		tcp_state(w, strerror(w->err));
+	tcp_failed(w);
+out:
+	__atomic_store_n(&w->sock, -1, __ATOMIC_RELAXED);
+	if (s >= 0)
+		close(s);
+	worker_finished();
+	return NULL;
+}
+
+static void *tcp_recv_worker(void *arg)
+{
+	struct worker *w = arg;
+	static char sink[NET_CHUNK];
+	struct timeval stall = { .tv_sec = STALL_S };
+	uint64_t left = w->bytes;
+	ssize_t n;
+	int s;
+
+	pin(w->index);
+	pthread_barrier_wait(&start_line);
+	set_phase(w, PH_ACCEPT);
+	/* accept() gives up after the listener's SO_RCVTIMEO (STALL_S). */
+	s = accept(w->lsock, NULL, NULL);
+	if (s < 0) {
+		w->err = errno;
+		goto fail;
+	}
+	w->first_ms = now_ms();
+	__atomic_store_n(&w->sock, s, __ATOMIC_RELAXED);
+	if (setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &stall, sizeof(stall))) {
+		w->err = errno;
+		goto fail;
+	}
+	set_phase(w, PH_RECV);
+	while (left) {
+		n = read(s, sink, left < NET_CHUNK ? left : NET_CHUNK);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			w->err = errno;
+			goto fail;
+		}
+		if (n == 0) {
+			w->err = ECONNABORTED;
+			tcp_state(w, "the sender closed the connection early");
+			goto out;
+		}
+		left -= n;
+		store64(&w->sent, w->bytes - left);
+	}
+	w->done_ms = now_ms();
+	set_phase(w, PH_DONE);
+	w->ops = w->bytes;
+	goto out;
+fail:
+	tcp_failed(w);
 out:
 	__atomic_store_n(&w->sock, -1, __ATOMIC_RELAXED);
 	if (s >= 0)
@@ -445,13 +522,74 @@ static int tcp(int argc, char **argv)
 	return 0;
 }
 
+static int tcprecv(int argc, char **argv)
+{
+	static struct worker w[MAX_THREADS];
+	struct timeval stall = { .tv_sec = STALL_S };
+	uint64_t bytes, begin = UINT64_MAX, end = 0, total = 0, listen_ms;
+	int port, n, i, err, limit, one = 1;
+
+	if (argc < 5 || argc > 7) {
+		fprintf(stderr, "usage: devbench tcprecv PORT BYTES STREAMS [LIMIT [READY]]\n");
+		return 2;
+	}
+	port = atoi(argv[2]);
+	bytes = strtoull(argv[3], NULL, 0);
+	n = threads_arg(argv[4]);
+	limit = argc >= 6 ? atoi(argv[5]) : TCP_LIMIT_S;
+	if (port < 1 || port + n > 65536 || !bytes || limit < 1) {
+		fprintf(stderr, "devbench: bad port, byte count or limit\n");
+		return 2;
+	}
+	for (i = 0; i < n; i++) {
+		w[i].index = i;
+		w[i].bytes = bytes;
+		w[i].receiving = 1;
+		w[i].addr.sin_family = AF_INET;
+		w[i].addr.sin_port = htons(port + i);
+		w[i].addr.sin_addr.s_addr = htonl(INADDR_ANY);
+		w[i].lsock = socket(AF_INET, SOCK_STREAM, 0);
+		if (w[i].lsock < 0 ||
+		    setsockopt(w[i].lsock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+		    setsockopt(w[i].lsock, SOL_SOCKET, SO_RCVTIMEO, &stall, sizeof(stall)) ||
+		    bind(w[i].lsock, (struct sockaddr *)&w[i].addr, sizeof(w[i].addr)) ||
+		    listen(w[i].lsock, 1)) {
+			fprintf(stderr, "devbench: listening on port %d: %s\n", port + i,
+				strerror(errno));
+			return 1;
+		}
+	}
+	listen_ms = now_ms();
+	if (argc == 7)
+		fprintf(stderr, "%s\n", argv[6]);
+	err = run(w, n, tcp_recv_worker, now_ms() + (uint64_t)limit * 1000, tcp_report);
+	if (err) {
+		fprintf(stderr, "devbench: tcprecv: %s\n", strerror(err));
+		return 1;
+	}
+	for (i = 0; i < n; i++) {
+		close(w[i].lsock);
+		total += w[i].ops;
+		if (w[i].first_ms < begin)
+			begin = w[i].first_ms;
+		if (w[i].done_ms > end)
+			end = w[i].done_ms;
+	}
+	printf("bytes=%llu ms=%llu wait_ms=%llu\n", (unsigned long long)total,
+	       (unsigned long long)(end - begin), (unsigned long long)(begin - listen_ms));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "disk"))
 		return disk(argc, argv);
 	if (argc > 1 && !strcmp(argv[1], "tcp"))
 		return tcp(argc, argv);
+	if (argc > 1 && !strcmp(argv[1], "tcprecv"))
+		return tcprecv(argc, argv);
 	fprintf(stderr, "usage: devbench disk DEV MODE SECONDS THREADS | "
-			"devbench tcp IP PORT BYTES STREAMS [LIMIT]\n");
+			"devbench tcp IP PORT BYTES STREAMS [LIMIT] | "
+			"devbench tcprecv PORT BYTES STREAMS [LIMIT [READY]]\n");
 	return 2;
 }
