@@ -270,6 +270,21 @@ fn full_vm_config() -> VmConfig {
         },
         iommu: false,
         watchdog: false,
+        platform: full_platform(),
+    }
+}
+
+fn full_platform() -> PlatformConfig {
+    PlatformConfig {
+        system_serial_number: Some("ds=nocloud;s=http://10.0.0.1/".into()),
+        system_uuid: Some("4ec6f2a8-1b2c-4d3e-8f90-a1b2c3d4e5f6".into()),
+        oem_strings: Some(vec!["io.systemd.credential:a=b".into()]),
+        system_manufacturer: Some("Cloud Hypervisor".into()),
+        system_product_name: Some("cloud-hypervisor".into()),
+        system_version: Some("1".into()),
+        system_family: Some("family".into()),
+        system_sku_number: Some("sku".into()),
+        chassis_asset_tag: Some("tag".into()),
     }
 }
 

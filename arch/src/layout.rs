@@ -7,7 +7,8 @@
 //! 0x0000_0500  GDT                    0x0000_7000  boot_params (zero page)
 //! 0x0000_9000  PML4, PDPTE, PDE       0x0002_0000  kernel command line
 //! 0x0009_fc00  EBDA .. 0x000f_ffff    reserved; MP table at 0x0009_fc00,
-//!                                     ACPI tables at 0x000e_0000
+//!                                     ACPI tables at 0x000e_0000,
+//!                                     SMBIOS at 0x000f_c000
 //! 0x0010_0000  RAM (kernel, initramfs, ...)
 //! 0xc000_0000  32-bit device hole: PCI BARs (0xc000_0000), virtio-mmio
 //!              (0xd000_0000), PCI ECAM (0xe000_0000), IOAPIC, LAPIC
@@ -38,8 +39,20 @@ pub const EBDA_START: u64 = 0x9_fc00;
 /// Where the RSDP and the other ACPI tables are written (inside the reserved
 /// BIOS area, where Linux also scans for the RSDP).
 pub const ACPI_TABLES_START: u64 = 0xe_0000;
-/// End (exclusive) of the ACPI table area.
-pub const ACPI_TABLES_END: u64 = 0x10_0000;
+/// End (exclusive) of the ACPI table area: the SMBIOS area follows.
+pub const ACPI_TABLES_END: u64 = SMBIOS_START;
+/// The SMBIOS area: the 64-bit entry point ("_SM3_", which Linux and
+/// dmidecode look for on 16-byte boundaries in 0xF0000..0x100000) and,
+/// after it, the structure table. It sits at the top of the BIOS area so
+/// that the ACPI tables below keep 112 KiB.
+pub const SMBIOS_START: u64 = 0xf_c000;
+/// End (exclusive) of the SMBIOS area.
+pub const SMBIOS_END: u64 = 0x10_0000;
+// The entry point must be where the SMBIOS scan looks, on a paragraph
+// boundary; the area must not overlap the ACPI tables or RAM above 1 MiB.
+const _: () = assert!(SMBIOS_START >= 0xf_0000 && SMBIOS_START & 0xf == 0);
+const _: () = assert!(ACPI_TABLES_START < ACPI_TABLES_END && ACPI_TABLES_END <= SMBIOS_START);
+const _: () = assert!(SMBIOS_START < SMBIOS_END && SMBIOS_END <= HIGH_RAM_START);
 /// Start of high RAM; the kernel is loaded here.
 pub const HIGH_RAM_START: u64 = 0x10_0000;
 /// Start of the 32-bit device hole (no RAM between here and 4 GiB).

@@ -1,5 +1,6 @@
 //! x86-64 platform description for the VMM: the guest physical memory map,
-//! the e820 table, boot-time CPU state, the MP table and the ACPI tables.
+//! the e820 table, boot-time CPU state, the MP table, the ACPI tables and
+//! the SMBIOS tables.
 
 #![deny(missing_docs)]
 
@@ -9,3 +10,4 @@ pub mod cpuid;
 pub mod layout;
 pub mod mptable;
 pub mod regs;
+pub mod smbios;

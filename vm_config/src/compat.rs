@@ -107,21 +107,13 @@ const DEBUG_CONSOLE: &[(&str, Allowed)] = &[
     // The port of a debug console that is off.
     ("iobase", Any),
 ];
+/// Upstream's platform keys beside the SMBIOS identity, which
+/// [`crate::PlatformConfig`] models (`system_*`, `oem_strings`,
+/// `chassis_asset_tag` and the older `serial_number`, `uuid`).
 const PLATFORM: &[(&str, Allowed)] = &[
     ("num_pci_segments", Is("1")),
     ("iommu_segments", Empty),
     ("iommu_address_width_bits", Any),
-    ("serial_number", Is("null")),
-    ("uuid", Is("null")),
-    ("oem_strings", Empty),
-    ("system_serial_number", Is("null")),
-    ("system_uuid", Is("null")),
-    ("system_manufacturer", Is("null")),
-    ("system_product_name", Is("null")),
-    ("system_version", Is("null")),
-    ("system_family", Is("null")),
-    ("system_sku_number", Is("null")),
-    ("chassis_asset_tag", Is("null")),
     ("iommufd", Is("false")),
     ("iommufd_fd", OneOf(&["-1"])),
     ("vfio_p2p_dma", Any),
@@ -143,19 +135,23 @@ pub fn strip_upstream_fields(config: &mut Value) -> Result<(), Unsupported> {
         return Ok(()); // the strict parse reports the wrong type
     };
     strip(top, "", TOP)?;
-    // Whole upstream objects with nothing for us inside.
-    for (key, table) in [("debug_console", DEBUG_CONSOLE), ("platform", PLATFORM)] {
-        if let Some(mut v) = top.remove(key) {
-            if let Some(obj) = v.as_object_mut() {
-                strip(obj, key, table)?;
-                if let Some((k, _)) = obj.iter().next() {
-                    return Err(unsupported(&format!("{key}.{k}"), &obj[k]));
-                }
-            } else if !v.is_null() {
-                return Err(unsupported(key, &v));
+    // A whole upstream object with nothing for us inside.
+    if let Some(mut v) = top.remove("debug_console") {
+        if let Some(obj) = v.as_object_mut() {
+            strip(obj, "debug_console", DEBUG_CONSOLE)?;
+            if let Some((k, _)) = obj.iter().next() {
+                return Err(unsupported(&format!("debug_console.{k}"), &obj[k]));
             }
+        } else if !v.is_null() {
+            return Err(unsupported("debug_console", &v));
         }
     }
+    // The platform: upstream's PCI/IOMMU/VFIO keys go, the SMBIOS identity
+    // stays for the strict parse; `null` is upstream's "no platform".
+    if top.get("platform").is_some_and(Value::is_null) {
+        top.remove("platform");
+    }
+    strip_in(top, "platform", PLATFORM)?;
     strip_in(top, "cpus", CPUS)?;
     strip_in(top, "memory", MEMORY)?;
     if let Some(memory) = top.get_mut("memory").and_then(Value::as_object_mut) {
@@ -192,9 +188,11 @@ pub fn strip_upstream_net_fields(net: &mut Value) -> Result<(), Unsupported> {
 const DEFAULTS: &[(&str, &str)] = &[
     (
         "",
-        r#"{"debug_console":{"mode":"Off","iobase":233},"pvpanic":false,"landlock_enable":false,
-            "platform":{"num_pci_segments":1,"iommu_address_width_bits":64,"iommufd":false,
-            "vfio_p2p_dma":true}}"#,
+        r#"{"debug_console":{"mode":"Off","iobase":233},"pvpanic":false,"landlock_enable":false}"#,
+    ),
+    (
+        "platform",
+        r#"{"num_pci_segments":1,"iommu_address_width_bits":64,"iommufd":false,"vfio_p2p_dma":true}"#,
     ),
     (
         "cpus",

@@ -14,6 +14,7 @@ mod console;
 mod disk;
 pub mod hotplug;
 mod net;
+mod platform;
 mod types;
 mod validate;
 
@@ -23,6 +24,9 @@ pub use disk::{DiskConfig, DEFAULT_DISK_NUM_QUEUES, DEFAULT_DISK_QUEUE_SIZE, DIS
 pub use net::{
     MacAddr, NetConfig, DEFAULT_NET_IP, DEFAULT_NET_MASK, DEFAULT_NET_NUM_QUEUES,
     DEFAULT_NET_QUEUE_SIZE,
+};
+pub use platform::{
+    parse_uuid, PlatformConfig, PLATFORM_OEM_STRINGS_MAX, PLATFORM_STRING_BYTES_MAX,
 };
 pub use types::*;
 pub use validate::ValidationError;

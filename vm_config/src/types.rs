@@ -41,6 +41,8 @@ pub struct VmConfig {
     pub iommu: bool,
     /// Accepted for schema compatibility; must be false.
     pub watchdog: bool,
+    /// The guest's SMBIOS identity (`--platform`).
+    pub platform: crate::PlatformConfig,
 }
 
 /// [`VmConfig`]'s fields with their JSON defaults, parsed strictly.
@@ -69,6 +71,8 @@ struct StrictVmConfig {
     iommu: bool,
     #[serde(default)]
     watchdog: bool,
+    #[serde(default)]
+    platform: crate::PlatformConfig,
 }
 
 /// [`VmConfig`] as written, before upstream's defaults are added.
@@ -87,6 +91,7 @@ struct WireVmConfig<'a> {
     rng: &'a RngConfig,
     iommu: bool,
     watchdog: bool,
+    platform: &'a crate::PlatformConfig,
 }
 
 impl Serialize for VmConfig {
@@ -105,6 +110,7 @@ impl Serialize for VmConfig {
             rng: &self.rng,
             iommu: self.iommu,
             watchdog: self.watchdog,
+            platform: &self.platform,
         };
         let mut v = serde_json::to_value(wire).map_err(S::Error::custom)?;
         crate::compat::add_upstream_defaults(&mut v);
@@ -131,6 +137,7 @@ impl<'de> Deserialize<'de> for VmConfig {
             rng: s.rng,
             iommu: s.iommu,
             watchdog: s.watchdog,
+            platform: s.platform,
         })
     }
 }
@@ -445,6 +452,7 @@ impl Default for VmConfig {
             rng: RngConfig::default(),
             iommu: false,
             watchdog: false,
+            platform: crate::PlatformConfig::default(),
         }
     }
 }

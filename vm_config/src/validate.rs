@@ -32,6 +32,9 @@ pub enum ValidationError {
     /// Two devices with the same id, or a reserved one.
     #[error("device id '{0}': {1}")]
     DeviceId(String, &'static str),
+    /// Something about `--platform` (the SMBIOS identity).
+    #[error("--platform: {0}")]
+    Platform(String),
     /// Something about the payload.
     #[error("{0}")]
     Payload(String),
@@ -71,6 +74,7 @@ impl VmConfig {
         self.validate_payload()?;
         self.validate_balloon()?;
         self.validate_devices()?;
+        self.platform.validate()?;
         if self.rng.iommu {
             return Err(ValidationError::Unsupported("--rng iommu=on"));
         }

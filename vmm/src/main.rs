@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use vm_config::{
     BalloonConfig, ConsoleConfig, CpusConfig, DiskConfig, MemoryConfig, MemoryZoneConfig,
-    NetConfig, NumaConfig, PayloadConfig, RngConfig, VmConfig,
+    NetConfig, NumaConfig, PayloadConfig, PlatformConfig, RngConfig, VmConfig,
 };
 use vmm::{ExitStatus, Vmm};
 
@@ -46,6 +46,8 @@ struct Cli {
     rng: String,
     #[arg(long, help = BalloonConfig::SYNTAX)]
     balloon: Option<String>,
+    #[arg(long, help = PlatformConfig::SYNTAX)]
+    platform: Option<String>,
     #[arg(long, help = ConsoleConfig::SERIAL_SYNTAX, default_value = "null")]
     serial: String,
     #[arg(long, help = ConsoleConfig::CONSOLE_SYNTAX, default_value = "tty")]
@@ -133,6 +135,13 @@ fn build_config(cli: &Cli) -> Result<VmConfig, String> {
             .map(BalloonConfig::parse)
             .transpose()
             .map_err(|e| e.to_string())?,
+        platform: cli
+            .platform
+            .as_deref()
+            .map(PlatformConfig::parse)
+            .transpose()
+            .map_err(|e| e.to_string())?
+            .unwrap_or_default(),
         ..Default::default()
     };
     config.validate().map_err(|e| e.to_string())?;

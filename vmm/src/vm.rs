@@ -43,6 +43,9 @@ pub enum VmError {
     /// The MP table could not be written.
     #[error(transparent)]
     Mptable(#[from] arch::mptable::MptableError),
+    /// The SMBIOS tables could not be built or written.
+    #[error(transparent)]
+    Smbios(#[from] arch::smbios::SmbiosError),
     /// A device could not be created or attached.
     #[error("device setup: {0}")]
     Device(String),

@@ -156,3 +156,61 @@ fn serialized_config_carries_upstream_defaults() {
         );
     }
 }
+
+/// Upstream v53's `vm.info` platform for `--platform` with SMBIOS fields
+/// (captured from upstream), and the same through the older key names.
+#[test]
+fn upstream_platform_smbios_fields_are_kept_and_written_back() {
+    let upstream_info = r#"{"num_pci_segments":1,"iommu_address_width_bits":64,
+        "system_serial_number":"ds=nocloud;s=http://10.0.0.1/",
+        "system_uuid":"4ec6f2a8-1b2c-4d3e-8f90-a1b2c3d4e5f6","oem_strings":["o1","o2"],
+        "system_manufacturer":"M","system_product_name":"P","system_version":"V",
+        "system_family":"F","system_sku_number":"S","chassis_asset_tag":"T",
+        "iommufd":false,"vfio_p2p_dma":true}"#;
+    let mut v: serde_json::Value = serde_json::from_str(UPSTREAM_MINIMAL).unwrap();
+    v["platform"] = serde_json::from_str(upstream_info).unwrap();
+    let c = parse(&v.to_string()).unwrap();
+    check(&c);
+    let p = &c.platform;
+    assert_eq!(
+        p.system_serial_number.as_deref(),
+        Some("ds=nocloud;s=http://10.0.0.1/")
+    );
+    assert_eq!(p.oem_strings.as_deref().unwrap(), ["o1", "o2"]);
+    assert_eq!(p.chassis_asset_tag.as_deref(), Some("T"));
+    // vm.info writes back exactly what upstream's does.
+    let out = serde_json::to_value(&c).unwrap();
+    assert_eq!(
+        out["platform"],
+        serde_json::from_str::<serde_json::Value>(upstream_info).unwrap()
+    );
+
+    let mut old = serde_json::from_str::<serde_json::Value>(UPSTREAM_MINIMAL).unwrap();
+    old["platform"] =
+        serde_json::json!({"serial_number": "s", "uuid": "4ec6f2a8-1b2c-4d3e-8f90-a1b2c3d4e5f6"});
+    let c = parse(&old.to_string()).unwrap();
+    assert_eq!(c.platform.system_serial_number.as_deref(), Some("s"));
+    let out = serde_json::to_value(&c).unwrap();
+    assert_eq!(out["platform"]["system_serial_number"], "s");
+    assert!(out["platform"].get("serial_number").is_none());
+
+    // `null` is "no platform", as upstream; a bad UUID fails validation.
+    let mut null = serde_json::from_str::<serde_json::Value>(UPSTREAM_MINIMAL).unwrap();
+    null["platform"] = serde_json::Value::Null;
+    assert_eq!(
+        parse(&null.to_string()).unwrap(),
+        parse(UPSTREAM_MINIMAL).unwrap()
+    );
+    let mut bad = serde_json::from_str::<serde_json::Value>(UPSTREAM_MINIMAL).unwrap();
+    bad["platform"] = serde_json::json!({"system_uuid": "nope"});
+    let e = parse(&bad.to_string())
+        .unwrap()
+        .validate_with(&|_| true)
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("--platform: system_uuid 'nope'"),
+        "{e}"
+    );
+    bad["platform"] = serde_json::json!({"tdx": true});
+    assert!(parse(&bad.to_string()).unwrap_err().contains("tdx"));
+}

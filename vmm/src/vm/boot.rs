@@ -203,6 +203,8 @@ pub(super) fn write_boot_tables(
     let mut acpi = super::acpi_config(config, memory, devices.mmio_descs());
     acpi.pci = devices.pci_host();
     arch::mptable::write_mptable(mem, acpi.vcpus.into(), acpi.max_vcpus.into())?;
+    let smbios = arch::smbios::write_smbios(mem, &smbios_config(&config.platform)?)?;
+    log::debug!("SMBIOS: {smbios} bytes of structures");
     let rsdp =
         arch::acpi::create_acpi_tables(mem, &acpi).map_err(|e| VmError::Acpi(e.to_string()))?;
     arch::boot::write_boot_params(
@@ -216,6 +218,24 @@ pub(super) fn write_boot_tables(
         },
     )?;
     Ok(())
+}
+
+/// The guest's SMBIOS identity from `--platform` (validated with the rest
+/// of the configuration, so the UUID parses here).
+pub(super) fn smbios_config(
+    p: &vm_config::PlatformConfig,
+) -> Result<arch::smbios::SmbiosConfig, VmError> {
+    Ok(arch::smbios::SmbiosConfig {
+        manufacturer: p.system_manufacturer.clone(),
+        product_name: p.system_product_name.clone(),
+        version: p.system_version.clone(),
+        serial_number: p.system_serial_number.clone(),
+        uuid: p.uuid_bytes().map_err(|e| VmError::Config(e.to_string()))?,
+        sku_number: p.system_sku_number.clone(),
+        family: p.system_family.clone(),
+        chassis_asset_tag: p.chassis_asset_tag.clone(),
+        oem_strings: p.oem_strings.clone().unwrap_or_default(),
+    })
 }
 
 /// Creates the boot vCPUs, the first one at the kernel's entry point.
@@ -278,4 +298,46 @@ pub(super) fn start_vcpus(
 
 fn dev_err(e: devices::BusError) -> VmError {
     VmError::Device(e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vm_config::{PlatformConfig, PLATFORM_OEM_STRINGS_MAX, PLATFORM_STRING_BYTES_MAX};
+
+    /// What the configuration accepts is what the SMBIOS area holds.
+    #[test]
+    fn config_limits_are_the_smbios_limits() {
+        assert_eq!(PLATFORM_STRING_BYTES_MAX, arch::smbios::MAX_STRING_BYTES);
+        assert_eq!(PLATFORM_OEM_STRINGS_MAX, arch::smbios::MAX_OEM_STRINGS);
+    }
+
+    /// A `--platform` at every limit passes validation and its tables build.
+    #[test]
+    fn a_valid_platform_at_the_limits_builds() {
+        let mut p = PlatformConfig::parse(
+            "system_serial_number=ds=nocloud;s=http://10.0.0.1/,\
+             system_uuid=4ec6f2a8-1b2c-4d3e-8f90-a1b2c3d4e5f6,system_manufacturer=M,\
+             system_product_name=P,system_version=V,system_family=F,system_sku_number=S,\
+             chassis_asset_tag=T",
+        )
+        .unwrap();
+        let used: usize = p
+            .strings()
+            .iter()
+            .filter(|(f, _)| *f != "system_uuid")
+            .filter_map(|(_, s)| s.map(|s| s.len() + 1))
+            .sum();
+        let mut oem: Vec<String> = (0..PLATFORM_OEM_STRINGS_MAX - 1)
+            .map(|i| format!("{i:03}"))
+            .collect();
+        let oem_used = oem.len() * 4;
+        oem.push("x".repeat(PLATFORM_STRING_BYTES_MAX - used - oem_used - 1));
+        p.oem_strings = Some(oem);
+        p.validate().unwrap();
+        let t = arch::smbios::build_smbios(&smbios_config(&p).unwrap()).unwrap();
+        assert!(t.table.len() <= arch::smbios::MAX_TABLE_LEN);
+        let serial = b"ds=nocloud;s=http://10.0.0.1/\0";
+        assert!(t.table.windows(serial.len()).any(|w| w == serial));
+    }
 }

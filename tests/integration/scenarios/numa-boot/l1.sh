@@ -22,14 +22,22 @@ MIB=1048576
 trap 'tb_vmm_stop' EXIT
 
 # The exact command line of the scenario (do not change it casually: it is
-# the interface contract with the VMM).
-tb_vmm_start --kernel "$TB_L2_KERNEL" --initramfs "$TB_L2_INITRD" \
-    --cmdline "console=ttyS0 reboot=k panic=-1 tb.run=numa-boot" \
-    --cpus boot=2 --memory size=0 \
+# the interface contract with the VMM). With a cloud-hypervisor binary (ours
+# or upstream's) it also sets the SMBIOS identity (--platform, as a
+# cloud-init NoCloud user would) and tells the guest (tb.smbios=1) to check
+# it against the values in l2.sh; the QEMU stand-in (--vmm qemu) has its own
+# SMBIOS and gets neither.
+cmdline="console=ttyS0 reboot=k panic=-1 tb.run=numa-boot"
+set -- --cpus boot=2 --memory size=0 \
     --memory-zone id=fmem,size=512M,host_numa_node=0 id=smem,size=1G,host_numa_node=1 \
     --numa 'guest_numa_id=0,cpus=[0-1],distances=[1@25],memory_zones=fmem,latency_ns=80,bandwidth_mbps=20000' \
     'guest_numa_id=1,distances=[0@25],memory_zones=smem,latency_ns=200,bandwidth_mbps=8000' \
     --serial tty --console off
+if [ "${TB_VMM##*/}" = cloud-hypervisor ]; then
+    cmdline="$cmdline tb.smbios=1"
+    set -- "$@" --platform 'system_serial_number=ds=nocloud;s=http://10.0.2.2:8000/numa-boot/,system_uuid=d1a3c5e7-0b2d-4f6a-8c9e-123456789abc,oem_strings=[tb-oem-1,io.systemd.credential:tb=numa-boot]'
+fi
+tb_vmm_start --kernel "$TB_L2_KERNEL" --initramfs "$TB_L2_INITRD" --cmdline "$cmdline" "$@"
 
 # Budget (bounded by the scenario timeout, keeping 70 s for the exit wait
 # and the report): half of it to reach the L2 /init, the rest to READY.

@@ -72,6 +72,28 @@ echo "$mt"
 tb_fact movetest "${mt:-null}"
 tb_check_eq "move_pages-roundtrip-node1" "0" "$mt_rc"
 
+# SMBIOS (DMI): what Linux read from the VMM's tables. With tb.smbios=1 the
+# L1 side gave --platform these values (l1.sh); the product name, vendor
+# and BIOS strings are upstream Cloud Hypervisor's defaults.
+dmi() { tr -d '\n' <"/sys/class/dmi/id/$1" 2>/dev/null; }
+tb_fact_str dmi_line "$(dmesg | grep -m 1 'DMI:' | sed 's/^\[[ 0-9.]*\] //')"
+for f in sys_vendor product_name bios_vendor bios_version product_serial product_uuid; do
+    tb_fact_str "dmi_$f" "$(dmi "$f")"
+done
+if grep -qw tb.smbios=1 /proc/cmdline; then
+    tb_check_eq dmi-sys_vendor "Cloud Hypervisor" "$(dmi sys_vendor)"
+    tb_check_eq dmi-product_name cloud-hypervisor "$(dmi product_name)"
+    tb_check_eq dmi-bios_vendor cloud-hypervisor "$(dmi bios_vendor)"
+    tb_check_eq dmi-product_serial "ds=nocloud;s=http://10.0.2.2:8000/numa-boot/" "$(dmi product_serial)"
+    tb_check_eq dmi-product_uuid d1a3c5e7-0b2d-4f6a-8c9e-123456789abc "$(dmi product_uuid)"
+    tb_check_eq dmi-smbios3-entry-point _SM3_ "$(head -c 5 /sys/firmware/dmi/tables/smbios_entry_point 2>/dev/null)"
+    # The raw table, strings one per line: the first OEM string follows the
+    # structure's count byte (not a NUL), so it is matched at line end only.
+    oem=$(tr '\0' '\n' </sys/firmware/dmi/tables/DMI 2>/dev/null |
+        grep -c -e 'tb-oem-1$' -e '^io\.systemd\.credential:tb=numa-boot$')
+    tb_check_eq dmi-oem-strings 2 "$oem"
+fi
+
 # Hold 32 MiB on node 1 while the L1 side inspects the VMM's numa_maps.
 tb_bg_start HOLD tb-numa hold 1 32
 if tb_wait_until 20 grep -q '"tool":"hold"' "$HOLD_OUT"; then
