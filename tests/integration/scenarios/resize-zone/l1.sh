@@ -1,7 +1,8 @@
 # shellcheck shell=sh
 # resize-zone: virtio-mem per memory zone end to end. The stock guest's
 # virtio_mem driver grows and shrinks SMem (the memory-only node) and FMem
-# by vm.resize-zone (ch-remote resize-zone) in steps; at each step the
+# by vm.resize-zone (ch-remote resize-zone; upstream's ch-remote for one
+# grow and one shrink when the anchors are packed) in steps; at each step the
 # guest's /sys/devices/system/node/nodeN/meminfo shows the node change by
 # what was asked (and the other node not), and the VMM's numa_maps show
 # every page of a zone's mappings (its hotplug region included) on the
@@ -74,14 +75,30 @@ gm() {
     tb_log "guest $1: MemTotal node0 ${T0} kB node1 ${T1} kB, free ${F0} / ${F1} kB, balloon ${BF} / ${BS} pages, FMem capacity ${CAP} pages, workload ${GT} ticks (${GZ} idle, lowest ${GMIN} Mupdates/s, hot set ${GHOT} % in FMem), agent moved ${MV}"
 }
 
+# Upstream's ch-remote (the anchors, when packed) sends the request of one
+# grow and one shrink, so its client is checked against our resize-zone on
+# a running guest; ours sends the others.
+UPSTREAM_CHR=${TB_CH_REMOTE_UPSTREAM:-}
+[ -n "$UPSTREAM_CHR" ] && [ -x "$UPSTREAM_CHR" ] || UPSTREAM_CHR=
+UPSTREAM_STEPS="d-fmem-grow-128 p-fmem-shrink"
+
 # resize NAME ZONE TOTAL_MIB PLUGGED_MIB: resize-zone, then wait (bounded)
 # until the guest has plugged what is asked.
 resize() {
     _t0=$(tb_now_ms)
-    if ! tb_chr resize-zone --id "$2" --size "$3M" >"$TB_OUT/$1.out" 2>&1; then
-        tb_fail "$1-accepted" "$(head -c 200 "$TB_OUT/$1.out")"
+    _ours=$TB_CH_REMOTE
+    _who=ours
+    case " $UPSTREAM_STEPS " in
+    *" $1 "*) [ -n "$UPSTREAM_CHR" ] && TB_CH_REMOTE=$UPSTREAM_CHR _who=upstream ;;
+    esac
+    _rc=0
+    tb_chr resize-zone --id "$2" --size "$3M" >"$TB_OUT/$1.out" 2>&1 || _rc=$?
+    TB_CH_REMOTE=$_ours
+    if [ "$_rc" != 0 ]; then
+        tb_fail "$1-accepted" "$_who ch-remote: $(head -c 200 "$TB_OUT/$1.out")"
         return 1
     fi
+    [ "$_who" = upstream ] && tb_pass "$1-sent-by-upstream-ch-remote" "$("$UPSTREAM_CHR" --version 2>&1 | head -n 1)"
     if tb_wait_until 240 plugged_is "$2" $(($4 * MIB)) && tb_vmm_alive; then
         tb_fact "${1}_ms" "$(($(tb_now_ms) - _t0))"
         tb_pass "$1-plugged" "$2 plugged $4 MiB after $(($(tb_now_ms) - _t0)) ms"
