@@ -471,7 +471,10 @@ on_end_ours() {
     else
         tb_fail hot-set-within-capacity "$cap_bad of $cap_n samples over: ms cap hot balloon = $cap_first"
     fi
-    bmax=$(awk '$4 > m { m = $4; line = $0 } END { print line }' /tmp/tier-capacity.log)
+    # The settled sample at the fullest balloon: the lowest capacity among
+    # them (the capacity is recomputed once an epoch, the balloon read live,
+    # so the first sample at the fullest balloon can predate the update).
+    bmax=$(awk '$4 > m || ($4 == m && $2 < c) { m = $4; c = $2; line = $0 } END { print line }' /tmp/tier-capacity.log)
     if [ -n "$bmax" ]; then
         set -- $bmax
         cap_first0=$(awk 'NR == 1 { print $2 }' /tmp/tier-capacity.log)
