@@ -482,6 +482,32 @@ mod fuzz {
     }
 }
 
+/// A server over guest memory made of two adjacent regions (one host
+/// mapping each), its rings in the first.
+pub(super) fn two_region_rig(mrg: bool) -> (Gm, Server, UnixDatagram, Epoll) {
+    let m = Gm::from_ranges(&[
+        (GuestAddress(0), 0x20_0000),
+        (GuestAddress(0x20_0000), 0x20_0000),
+    ])
+    .unwrap();
+    let (tap, host, epoll) = fake_tap();
+    let q = |base| ActiveQueue {
+        index: 0,
+        queue: make_queue(&m, base),
+        event: EventFd::new(libc::EFD_NONBLOCK).unwrap(),
+    };
+    let mut server = Server::new(
+        m.clone(),
+        Arc::new(NoopInterrupt),
+        q(RXQ),
+        q(TXQ),
+        Arc::new(tap),
+        Arc::new(NetMetrics::default()),
+    );
+    server.mrg_rxbuf = mrg;
+    (m, server, host, epoll)
+}
+
 mod mergeable;
 mod multiqueue;
 mod notify;
@@ -540,25 +566,7 @@ fn tx_gathers_from_guest_memory_and_falls_back_to_a_copy() {
 fn tx_copies_a_frame_whose_buffer_spans_two_memory_regions() {
     // Two adjacent regions: a buffer across the boundary is guest RAM
     // (the chain is valid) but not one host mapping, so no writev.
-    let m = Gm::from_ranges(&[
-        (GuestAddress(0), 0x20_0000),
-        (GuestAddress(0x20_0000), 0x20_0000),
-    ])
-    .unwrap();
-    let (tap, host, _epoll) = fake_tap();
-    let q = |base| ActiveQueue {
-        index: 0,
-        queue: make_queue(&m, base),
-        event: EventFd::new(libc::EFD_NONBLOCK).unwrap(),
-    };
-    let mut server = Server::new(
-        m.clone(),
-        Arc::new(NoopInterrupt),
-        q(RXQ),
-        q(TXQ),
-        Arc::new(tap),
-        Arc::new(NetMetrics::default()),
-    );
+    let (m, mut server, host, _epoll) = two_region_rig(false);
     let f = frame(0x24, 1000);
     let at = 0x20_0000 - 500;
     m.write_slice(&f, GuestAddress(at)).unwrap();

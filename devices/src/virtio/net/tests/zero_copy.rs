@@ -207,32 +207,6 @@ fn small_frames_narrow_the_read_and_a_larger_one_widens_it_again() {
     assert_eq!(copied(&r), 1);
 }
 
-/// A server over guest memory made of two adjacent regions (one host
-/// mapping each), its rings in the first.
-fn two_region_rig(mrg: bool) -> (Gm, Server, UnixDatagram, Epoll) {
-    let m = Gm::from_ranges(&[
-        (GuestAddress(0), 0x20_0000),
-        (GuestAddress(0x20_0000), 0x20_0000),
-    ])
-    .unwrap();
-    let (tap, host, epoll) = fake_tap();
-    let q = |base| ActiveQueue {
-        index: 0,
-        queue: make_queue(&m, base),
-        event: EventFd::new(libc::EFD_NONBLOCK).unwrap(),
-    };
-    let mut server = Server::new(
-        m.clone(),
-        Arc::new(NoopInterrupt),
-        q(RXQ),
-        q(TXQ),
-        Arc::new(tap),
-        Arc::new(NetMetrics::default()),
-    );
-    server.mrg_rxbuf = mrg;
-    (m, server, host, epoll)
-}
-
 #[test]
 fn a_chain_across_two_memory_regions_is_filled_by_copy() {
     // One chain per frame: the whole frame copied.
