@@ -6,8 +6,11 @@
 
 pub mod acpi;
 pub mod boot;
+mod checksum;
 pub mod cpuid;
 pub mod layout;
 pub mod mptable;
 pub mod regs;
 pub mod smbios;
+#[cfg(test)]
+mod test_util;

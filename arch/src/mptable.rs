@@ -14,6 +14,7 @@
 
 use vm_memory::{Bytes, GuestAddress, GuestMemory, GuestMemoryError};
 
+use crate::checksum::checksum_byte;
 use crate::layout;
 
 /// Floating pointer structure: "_MP_", 16 bytes.
@@ -70,14 +71,6 @@ pub enum MptableError {
     /// Writing the table to guest memory failed.
     #[error("writing the MP table: {0}")]
     GuestMemory(#[from] GuestMemoryError),
-}
-
-/// Byte that makes `bytes` (plus it) sum to zero modulo 256.
-fn checksum_byte(bytes: &[u8]) -> u8 {
-    bytes
-        .iter()
-        .fold(0u8, |s, b| s.wrapping_add(*b))
-        .wrapping_neg()
 }
 
 fn processor(apic_id: u8, enabled: bool, signature: u32, features: u32) -> [u8; PROCESSOR_LEN] {
@@ -209,15 +202,9 @@ pub fn write_mptable<M: GuestMemory>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checksum::sum;
+    use crate::test_util::mem;
     use vm_memory::GuestMemoryMmap;
-
-    fn mem() -> GuestMemoryMmap {
-        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10_0000)]).unwrap()
-    }
-
-    fn sum(b: &[u8]) -> u8 {
-        b.iter().fold(0u8, |s, x| s.wrapping_add(*x))
-    }
 
     /// Finds the floating pointer as Linux does: 16-byte steps through the
     /// first KiB, then the last KiB of base memory, then the BIOS ROM.

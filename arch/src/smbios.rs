@@ -32,6 +32,7 @@
 
 use vm_memory::{Bytes, GuestAddress, GuestMemory, GuestMemoryError};
 
+use crate::checksum::checksum_byte;
 use crate::layout;
 
 /// The manufacturer in type 1 when none is configured (upstream's).
@@ -194,14 +195,6 @@ pub struct SmbiosTables {
     pub table_addr: u64,
     /// Every structure, type 127 last.
     pub table: Vec<u8>,
-}
-
-/// Byte that makes `bytes` (plus it) sum to zero modulo 256.
-fn checksum_byte(bytes: &[u8]) -> u8 {
-    bytes
-        .iter()
-        .fold(0u8, |s, b| s.wrapping_add(*b))
-        .wrapping_neg()
 }
 
 /// An RFC 4122 UUID in the byte order SMBIOS 2.6+ stores it: the first
@@ -404,15 +397,9 @@ pub fn write_smbios<M: GuestMemory>(mem: &M, cfg: &SmbiosConfig) -> Result<usize
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checksum::sum;
+    use crate::test_util::mem;
     use vm_memory::GuestMemoryMmap;
-
-    fn mem() -> GuestMemoryMmap {
-        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10_0000)]).unwrap()
-    }
-
-    fn sum(b: &[u8]) -> u8 {
-        b.iter().fold(0u8, |s, x| s.wrapping_add(*x))
-    }
 
     const UUID: &str = "4ec6f2a8-1b2c-4d3e-8f90-a1b2c3d4e5f6";
     const UUID_RFC: [u8; 16] = [

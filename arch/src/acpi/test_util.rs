@@ -7,9 +7,7 @@ use crate::layout;
 pub const GIB: u64 = 1 << 30;
 
 /// Sum of all bytes; 0 for a correctly checksummed table.
-pub fn checksum(bytes: &[u8]) -> u8 {
-    bytes.iter().fold(0u8, |acc, b| acc.wrapping_add(*b))
-}
+pub use crate::checksum::sum as checksum;
 
 pub fn le16(b: &[u8], off: usize) -> u16 {
     u16::from_le_bytes([b[off], b[off + 1]])

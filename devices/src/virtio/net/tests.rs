@@ -51,12 +51,13 @@ fn fake_tap() -> (File, UnixDatagram, Epoll) {
     (tap, host, epoll)
 }
 
-fn rig() -> Rig {
-    let m = mem();
+/// A server over `m` with its RX and TX rings at `RXQ` and `TXQ`, wired
+/// to a fake TAP: the server, the TAP's host end and an epoll on it.
+fn server_on(m: &Gm) -> (Server, UnixDatagram, Epoll) {
     let (tap, host, epoll) = fake_tap();
     let q = |base| ActiveQueue {
         index: 0,
-        queue: make_queue(&m, base),
+        queue: make_queue(m, base),
         event: EventFd::new(libc::EFD_NONBLOCK).unwrap(),
     };
     let server = Server::new(
@@ -67,6 +68,12 @@ fn rig() -> Rig {
         Arc::new(tap),
         Arc::new(NetMetrics::default()),
     );
+    (server, host, epoll)
+}
+
+fn rig() -> Rig {
+    let m = mem();
+    let (server, host, epoll) = server_on(&m);
     Rig {
         m,
         server,
@@ -490,20 +497,7 @@ pub(super) fn two_region_rig(mrg: bool) -> (Gm, Server, UnixDatagram, Epoll) {
         (GuestAddress(0x20_0000), 0x20_0000),
     ])
     .unwrap();
-    let (tap, host, epoll) = fake_tap();
-    let q = |base| ActiveQueue {
-        index: 0,
-        queue: make_queue(&m, base),
-        event: EventFd::new(libc::EFD_NONBLOCK).unwrap(),
-    };
-    let mut server = Server::new(
-        m.clone(),
-        Arc::new(NoopInterrupt),
-        q(RXQ),
-        q(TXQ),
-        Arc::new(tap),
-        Arc::new(NetMetrics::default()),
-    );
+    let (mut server, host, epoll) = server_on(&m);
     server.mrg_rxbuf = mrg;
     (m, server, host, epoll)
 }
