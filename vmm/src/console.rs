@@ -1,5 +1,6 @@
-//! Host side of the serial console: unbuffered stdout for guest output, and
-//! a thread that feeds stdin to the guest (in raw mode when it is a tty).
+//! Host side of the consoles: unbuffered stdout for guest output, the raw
+//! terminal, the UART watchdog and the virtio console's stdin reader (the
+//! UART's is in [`crate::serial_input`]).
 
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
@@ -61,7 +62,7 @@ impl Drop for RawTerminal {
 
 /// Enters the console helpers' seccomp filter; a thread that cannot does
 /// nothing (its console loses input or the watchdog, the VM runs on).
-fn confined(name: &str) -> bool {
+pub(crate) fn confined(name: &str) -> bool {
     match crate::seccomp::enter(crate::seccomp::ThreadKind::ConsoleIo) {
         Ok(()) => true,
         Err(e) => {
@@ -99,40 +100,6 @@ pub fn spawn_serial_watchdog(serial: &Arc<Mutex<SerialDevice>>) {
         });
     if let Err(e) = spawned {
         log::warn!("serial watchdog disabled: {e}");
-    }
-}
-
-/// Copies stdin to the guest's UART until stdin ends. The thread is
-/// detached: it blocks in read(2) and dies with the process.
-pub fn spawn_stdin_forwarder(serial: Arc<Mutex<SerialDevice>>) {
-    let spawned = std::thread::Builder::new()
-        .name("serial-in".into())
-        .spawn(move || {
-            if !confined("serial-in") {
-                return;
-            }
-            let mut buf = [0u8; 64];
-            let mut stdin = std::io::stdin();
-            loop {
-                let n = match stdin.read(&mut buf) {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => n,
-                };
-                let mut sent = 0;
-                while sent < n {
-                    sent += serial
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .enqueue_input(&buf[sent..n]);
-                    if sent < n {
-                        // The 64-byte receive FIFO is full: give the guest time to drain it.
-                        std::thread::sleep(Duration::from_millis(2));
-                    }
-                }
-            }
-        });
-    if let Err(e) = spawned {
-        log::warn!("serial input disabled: {e}");
     }
 }
 

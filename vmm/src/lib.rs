@@ -16,6 +16,7 @@ pub mod io_devices;
 pub mod landlock;
 pub mod memory;
 pub mod seccomp;
+pub mod serial_input;
 pub mod virtio_mem;
 pub mod virtio_mmio;
 pub mod virtio_pci;

@@ -76,7 +76,8 @@ pub struct Vmm {
     vm: Option<Vm>,
     paused: bool,
     booted_once: bool,
-    stdin_forwarded: bool,
+    /// Where stdin goes: the current VM's UART (re-pointed on every boot).
+    serial_input: Option<crate::serial_input::SerialInputRoute>,
     epoll: Epoll,
     signals: OwnedFd,
     api: Option<ApiEndpoint>,
@@ -137,7 +138,7 @@ impl Vmm {
             vm: None,
             paused: false,
             booted_once: false,
-            stdin_forwarded: false,
+            serial_input: None,
             epoll,
             signals,
             api,
@@ -202,10 +203,14 @@ impl Vmm {
         if let Some(serial) = vm.serial() {
             if self.config.as_ref().map(|c| c.serial.mode)
                 == Some(vm_config::ConsoleOutputMode::Tty)
-                && !self.stdin_forwarded
             {
-                crate::console::spawn_stdin_forwarder(serial.clone());
-                self.stdin_forwarded = true;
+                // One stdin reader per process; each boot's UART takes over.
+                let route = self.serial_input.get_or_insert_with(|| {
+                    let route = crate::serial_input::SerialInputRoute::default();
+                    crate::serial_input::spawn_stdin_forwarder(route.clone());
+                    route
+                });
+                route.attach(serial);
             }
         }
         self.vm = Some(vm);

@@ -15,7 +15,9 @@
 #   cycles while the guest rewrites and checksums 1 MiB of its disk: no
 #   checksum mismatch, the last round's data in the host file, no
 #   VMM thread or descriptor leaked.
-# Run 2: create from stdin; boot; reboot (the guest boots a second time);
+# Run 2: create from stdin; boot; a line on the VMM's stdin reaches the
+#   guest's console; reboot (the guest boots a second time; stdin still
+#   reaches it);
 #   shutdown (state Created, as upstream reports it); delete (info fails); shutdown-vmm ends the
 #   process with exit 0.
 # Both runs create the VM with disks, rng and net shaped as in upstream's
@@ -53,6 +55,16 @@ state() {
 }
 ticks() { tr -d '\r' <"$TB_VMM_SERIAL" | sed -n 's/^@@TB-TICK \([0-9]*\)$/\1/p' | tail -n 1; }
 tick_after() { t=$(ticks); [ -n "$t" ] && [ "$t" -gt "$1" ]; }
+# console_echo WORD: a line typed on the VMM's stdin reaches the guest's
+# console and its reader answers (l2.sh).
+console_echo() {
+    tb_vmm_send "tb-echo $1"
+    if tb_vmm_wait_line "@@TB-ECHO $1" 60; then
+        tb_pass "console-input-$1"
+    else
+        tb_fail "console-input-$1" "no @@TB-ECHO $1 within 60 s of the line on stdin"
+    fi
+}
 count_lines() { tr -d '\r' <"$TB_VMM_SERIAL" | grep -c -- "$1"; }
 socket_up() { chr ping >/dev/null 2>&1; }
 # expect_fail NAME CMD...: the request must fail (non-zero) with a message
@@ -292,10 +304,15 @@ config run2 '"tap": "tbtap0", ' >"$TB_OUT/vm-run2.json"
 tb_check create-from-stdin sh -c "\"$TB_CH_REMOTE\" --api-socket '$SOCK' create - <'$TB_OUT/vm-run2.json'"
 tb_check boot-run2 chr boot
 if tb_vmm_wait_line '@@TB-L2 INIT' "$boot_budget"; then
+    console_echo boot1
     tb_check reboot chr reboot
     # The guest boots a second time: a second /init marker appears.
     if tb_wait_until "$boot_budget" sh -c "[ \$(tr -d '\r' <'$TB_VMM_SERIAL' | grep -c '@@TB-L2 INIT') -ge 2 ]"; then
         tb_pass guest-rebooted "$(count_lines '@@TB-L2 INIT') boots"
+        # The stdin reader outlives the first boot's UART: input must reach
+        # the new one (it once went to the dropped device, and a rebooted
+        # guest never saw its console input).
+        console_echo boot2
     else
         tb_fail guest-rebooted "no second @@TB-L2 INIT"
     fi

@@ -2,7 +2,8 @@
 # api-lifecycle (guest side): a guest that shows its progress and reacts
 # to the ACPI power button the way a distribution does.
 #
-# It prints "@@TB-TICK n" every 200 ms (the L1 side checks that no tick
+# It answers console lines "tb-echo WORD" with "@@TB-ECHO WORD", prints
+# "@@TB-TICK n" every 200 ms (the L1 side checks that no tick
 # appears while the VM is paused and that ticks resume after), and runs
 # tb-powerbtn, which powers the guest off on KEY_POWER. The script never
 # ends on its own: the power button (or the VMM) ends the guest.
@@ -25,6 +26,15 @@ tb_check power-button-device sh -c 'grep -qs PNP0C0C /sys/bus/acpi/devices/*/hid
 tb_check evdev-present sh -c 'ls /dev/input/event* >/dev/null 2>&1'
 
 arg() { tr ' ' '\n' </proc/cmdline | sed -n "s/^$1=//p" | tail -n 1; }
+
+# Console input: "tb-echo WORD" comes back as "@@TB-ECHO WORD" (L1 checks
+# that host input reaches the guest, before and after a reboot). A
+# background list's stdin is /dev/null unless redirected: fd 3 is the
+# console.
+exec 3<&0
+while read -r line <&3; do
+    case $line in "tb-echo "*) echo "@@TB-ECHO ${line#tb-echo }" ;; esac
+done &
 # sector N of /dev/$1, first $2 bytes
 sector() { dd if="/dev/$1" bs=512 skip="$2" count=1 2>/dev/null | head -c "$3"; }
 
