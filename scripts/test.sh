@@ -72,7 +72,7 @@ step "MTP CPython extension (pip install, pytest, two-node migration)" ./guest/p
 step "upstream ch-remote v53 against ours and upstream's VMM" ./scripts/test-ch-interop.sh
 step "upstream v53 configs both ways (vm.info -> vm.create)" ./scripts/test-config-compat.sh
 step "testbed harness: crashes are reported, not retried away" ./scripts/lib/tb-run-selftest.sh
-# The testbed's CRASH lines (guest triple faults, VMM crashes; evidence
+# The testbed's CRASH lines (guest triple faults and kernel panics, VMM crashes; evidence
 # kept even when a re-run passed) are repeated in the final summary.
 mkdir -p build
 testbed_log=build/test-testbed.log

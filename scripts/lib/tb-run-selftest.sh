@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Self-test of the testbed harness's crash accounting (scripts/lib/tb-run.sh)
 # without QEMU: L1 boots are replaced by a stub that replays a script of
-# scenario outcomes. Checks that a guest triple fault or a VMM crash is
-# kept as evidence, re-run once, reported with a CRASH line and a crash
-# rate, and fails the run when the same scenario crashes twice; and that
+# scenario outcomes. Checks that a guest triple fault, a guest kernel panic
+# or a VMM crash is kept as evidence, re-run once, reported with a CRASH
+# line and a crash rate, and fails the run when the same scenario crashes twice; and that
 # after an L1-level failure the next boot runs the interrupted scenario last.
 set -uo pipefail
 ROOT=${TB_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -52,6 +52,10 @@ tb_boot_l1() { # the stub: one "L1 boot" replaying OUTCOMES
             TB_RESULT[$s]=FAIL
             echo "cloud-hypervisor: guest triple fault on vcpu0" >"$RUN_DIR/$s/vmm.stderr"
             ;;
+        panic)
+            TB_RESULT[$s]=FAIL
+            echo "FAIL: l2-no-crash - panic at serial.log line 982: Oops: int3: 0000 [#1] PREEMPT SMP NOPTI | RIP: 0010:do_user_addr_fault+0xcf/0x6a0 | Comm: exe (l2-crash.txt); VMM stopped" >"$RUN_DIR/$s/output.log"
+            ;;
         seccomp)
             TB_RESULT[$s]=FAIL
             echo "cloud-hypervisor: seccomp: a vcpu thread made a forbidden syscall 257 (run with --seccomp log to find every one)" >"$RUN_DIR/$s/vmm.stderr"
@@ -98,14 +102,21 @@ check "both crashes listed" grep -q '^CRASH a  *2 of 2 runs crashed: boot 1: VMM
 check "both evidence directories" test -d "$RUN_DIR/a.boot1" -a -d "$RUN_DIR/a.boot2"
 check "no third boot" grep -q '^L1 boots: 2' <<<"$out"
 
-# 3. a plain failure is not a crash and is not re-run.
+# 3. a guest kernel panic (lib/l1.sh reports l2-no-crash), then a pass.
+OUTCOMES=([1:b]=panic)
+run_case
+check "one panic then a pass exits 0" test "$rc" -eq 0
+check "CRASH line names the panic" grep -q '^CRASH b  *1 of 2 runs crashed: boot 1: guest kernel panic at serial.log line 982: Oops: int3' <<<"$out"
+check "panic evidence kept" test -f "$RUN_DIR/b.boot1/output.log"
+
+# 4. a plain failure is not a crash and is not re-run.
 OUTCOMES=([1:b]=fail)
 run_case
 check "plain failure fails" test "$rc" -eq "$TB_EXIT_SCENARIO"
 check "plain failure not re-run" grep -q '^L1 boots: 1' <<<"$out"
 check "no CRASH line" bash -c '! grep -q "^CRASH" <<<"$1"' _ "$out"
 
-# 4. L1 freezes in a: the next boot runs b first and a last.
+# 5. L1 freezes in a: the next boot runs b first and a last.
 OUTCOMES=([1:a]=l1hang)
 run_case
 check "L1 hang then passes exits 0" test "$rc" -eq 0

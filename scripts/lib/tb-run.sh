@@ -168,6 +168,14 @@ tb_failed_checks() { # SCENARIO
     [[ -f $log ]] || return 0
     grep -a 'FAIL: ' "$log" | head -n 6 | cut -c 1-400 | sed 's/^/    ! /'
     grep -av '^{' "$log" | tail -n 4 | sed 's/^/    | /'
+    # a hung L2: where its VM exits came from (tb_vmm_diag, lib/l1.sh)
+    local diag
+    for diag in "$RUN_DIR/$1"/vmm-diag*.txt; do
+        [[ -f $diag ]] || continue
+        awk -v f="${diag##*/}" '/^## kvm_exit/ { on = 1; next } on && /^#/ { exit }
+            on && n < 4 { sub(/^ +/, ""); out = out (n++ ? "; " : "") $0 }
+            END { if (n) printf "    @ L2 exits (%s): %s\n", f, substr(out, 1, 400) }' "$diag"
+    done
     return 0
 }
 
@@ -365,8 +373,8 @@ tb_boot_l1() {
 }
 
 # Crashes are evidence, never retried away. A scenario that FAILed with
-# the L2 guest triple-faulting or the VMM crashing (a panic, a fatal
-# signal, a seccomp denial) is a crash: its output is kept in
+# the L2 guest triple-faulting, its kernel panicking (l2-no-crash) or the
+# VMM crashing (a panic, a fatal signal, a seccomp denial) is a crash: its output is kept in
 # <run>/<scenario>.boot<N> (serial log, VMM stderr with the registers,
 # the scenario's own log up to the failing step), the summary lists it
 # with a CRASH line, and it is run once more in another L1 boot, because
@@ -388,6 +396,9 @@ tb_crash_kind() { # SCENARIO: prints the kind of crash its output shows, if any
         echo "guest triple fault"
     elif grep -qsE "$TB_VMM_CRASH_RE" "$d"/*.stderr; then
         echo "VMM crash: $(grep -hsE "$TB_VMM_CRASH_RE" "$d"/*.stderr | head -n 1 | cut -c1-160)"
+    elif grep -qs '^FAIL: l2-no-crash - ' "$d/output.log"; then
+        # the guest kernel panicked or rebooted (tb_l2_crash, lib/l1.sh)
+        echo "guest kernel $(grep -hs '^FAIL: l2-no-crash - ' "$d/output.log" | head -n 1 | cut -c21-180)"
     fi
 }
 tb_find_guest_crashes() { # ATTEMPT SCENARIO...: sets TB_CRASHED
@@ -661,7 +672,7 @@ tb_summary() {
     if [[ $MODE == nested ]]; then
         printf 'L1 boots: %d' "$TB_L1_BOOTS"
         if ((${#TB_GUEST_CRASHES[@]})); then
-            printf '; CRASHES (guest triple fault or VMM crash): %s' "${TB_GUEST_CRASHES[*]}"
+            printf '; CRASHES (guest triple fault, guest kernel panic or VMM crash): %s' "${TB_GUEST_CRASHES[*]}"
         fi
         if ((${#TB_L1_FAILS[@]})); then
             printf '; L1-LEVEL FAILURES:\n'

@@ -6,7 +6,7 @@
 # while the scenario runs, default 1 so kernel messages do not interleave
 # with result lines).
 # Console protocol:
-#   @@TB-L2 INIT uptime_ms=<n>
+#   @@TB-L2 INIT uptime_ms=<n> stext=<address of _stext> kernel=<uname -r>
 #   @@TB-L2 BEGIN <name>
 #   ... scenario output, its JSON line, "@@TB-L2 READY <name>" (handshake)
 #   @@TB-L2 END <name> rc=<n>
@@ -26,7 +26,9 @@ uptime_ms() {
     echo "$((s * 1000 + ${f#0} * 10))"
 }
 
-echo "@@TB-L2 INIT uptime_ms=$(uptime_ms)"
+# stext: where the kernel's text starts (KASLR), to name the functions in
+# the guest RIPs the L1 side samples when this guest hangs (tb_vmm_diag)
+echo "@@TB-L2 INIT uptime_ms=$(uptime_ms) stext=0x$(grep -m 1 ' _stext$' /proc/kallsyms | cut -d ' ' -f 1) kernel=$(uname -r)"
 
 poweroff_now() {
     sync

@@ -10,7 +10,10 @@
 #                               Sets TB_VMM_PID, TB_VMM_START_MS.
 #   tb_vmm_alive                is the VMM still running (not a zombie)?
 #   tb_vmm_wait_line ERE SECS   wait for a serial line; 0 found, 1 timeout,
-#                               2 the VMM exited first
+#                               2 the VMM exited first, 3 the guest crashed
+#                               (tb_l2_crash: a panic, or a second boot with
+#                               TB_L2_SINGLE_BOOT=1; reported as l2-no-crash
+#                               with the evidence, and the VMM stopped)
 #   tb_vmm_send TEXT            write TEXT + newline to the guest console
 #   tb_vmm_wait_exit SECS       wait for the VMM to exit (TERM then KILL on
 #                               timeout); sets TB_VMM_RC (124 = timed out)
@@ -81,10 +84,56 @@ tb_vmm_start() {
 
 tb_vmm_alive() { tb_pid_alive "$TB_VMM_PID"; }
 
+# tb_l2_crash: "panic LINE" when the guest kernel panicked, "reboot LINE"
+# when it booted a second time and the scenario set TB_L2_SINGLE_BOOT=1
+# (a triple fault resets the guest with no message), else nothing. LINE:
+# where in serial.log. reboot=k panic=-1 turn both into a new boot, which
+# runs the scenario again: without this the run ends in its timeout, with
+# the evidence far up the log.
+tb_l2_crash() {
+    [ -f "$TB_VMM_SERIAL" ] || return 0
+    awk -v single="${TB_L2_SINGLE_BOOT:-0}" '{ sub(/\r$/, "") }
+        /Kernel panic - not syncing/ && !p { p = NR }
+        single == 1 && /Linux version [0-9]/ && ++banners == 2 { r = NR }
+        END { if (p) print "panic " p; else if (r) print "reboot " r }' "$TB_VMM_SERIAL" 2>/dev/null
+}
+
+# tb_l2_crash_report: once per scenario, fail "l2-no-crash" with the crash
+# sign and its first report lines (first line, RIP, task), save the guest
+# console around it to $TB_OUT/l2-crash.txt and show it on the L1 console
+# (which reaches the host even when this run is killed before its output
+# is packed), and stop the VMM. Needs TB_L2_CRASH (tb_vmm_wait_line).
+tb_l2_crash_report() {
+    [ -z "${_tb_crash_reported:-}" ] || return 0
+    _tb_crash_reported=1
+    _tb_at=${TB_L2_CRASH#* }
+    tr -d '\r' <"$TB_VMM_SERIAL" | awk -v a="$((_tb_at - 60))" -v b="$((_tb_at + 40))" \
+        'NR >= a && NR <= b' >"$TB_OUT/l2-crash.txt"
+    tb_log "L2 crashed (${TB_L2_CRASH%% *} at ${TB_VMM_SERIAL##*/} line $_tb_at); L2 console around it:"
+    sed 's/^/L2| /' "$TB_OUT/l2-crash.txt"
+    _tb_cr=$(awk '
+        !first && /Oops|BUG:|general protection|Kernel panic|double fault|Linux version [0-9]/ { sub(/^\[ *[0-9.]+\] /, ""); first = $0; next }
+        first && !rip && /RIP: 0010/ { sub(/^\[ *[0-9.]+\] /, ""); rip = $0 }
+        first && !comm && /Comm: / { sub(/.*Comm: /, "Comm: "); sub(/ (Tainted|Not tainted).*/, ""); comm = $0 }
+        END { print substr(first, 1, 120) " | " rip " | " comm }' "$TB_OUT/l2-crash.txt")
+    tb_fail l2-no-crash "${TB_L2_CRASH%% *} at ${TB_VMM_SERIAL##*/} line $_tb_at: $_tb_cr (l2-crash.txt); VMM stopped"
+    tb_vmm_stop
+}
+
 _tb_vmm_line_or_dead() {
     if _tb_has_line "$TB_VMM_SERIAL" "$1"; then
         _tb_vl=found
         return 0
+    fi
+    # the whole log again: once a second is soon enough (polls: 10/s)
+    _tb_now=$(tb_now_ms)
+    if [ "$_tb_now" -ge "${_tb_crash_scan_ms:-0}" ] || ! tb_vmm_alive; then
+        _tb_crash_scan_ms=$((_tb_now + 1000))
+        TB_L2_CRASH=$(tb_l2_crash)
+        if [ -n "$TB_L2_CRASH" ]; then
+            _tb_vl=crash
+            return 0
+        fi
     fi
     if ! tb_vmm_alive; then
         _tb_vl=dead
@@ -98,6 +147,10 @@ tb_vmm_wait_line() {
     tb_wait_until "$2" _tb_vmm_line_or_dead "$1" || true
     case $_tb_vl in
     found) return 0 ;;
+    crash)
+        tb_l2_crash_report
+        return 3
+        ;;
     dead)
         # The line may have been written just before the exit.
         _tb_has_line "$TB_VMM_SERIAL" "$1" && return 0
@@ -173,6 +226,61 @@ tb_l1_abit_tlb_flush() {
     esac
 }
 
+# _tb_kvm_exits SECS: where the guest runs, from the kvm_exit events of
+# the VMM's threads over SECS seconds (a sampling window): count, exit
+# reason, guest RIP, most frequent first. A guest that hangs with nothing
+# on its console shows the loop it spins in.
+_tb_kvm_exits() {
+    _tb_tr=/sys/kernel/tracing
+    [ -w "$_tb_tr/events/kvm/kvm_exit/enable" ] || return 0
+    echo "## kvm_exit over $1 s: count, reason, guest RIP, guest function"
+    for _tb_t in /proc/"$TB_VMM_PID"/task/*; do printf '%s ' "${_tb_t##*/}"; done >"$_tb_tr/set_event_pid"
+    : >"$_tb_tr/trace"
+    echo 1 >"$_tb_tr/events/kvm/kvm_exit/enable"
+    sleep "$1"
+    echo 0 >"$_tb_tr/events/kvm/kvm_exit/enable"
+    grep -o 'reason [^ ]* rip 0x[0-9a-f]*' "$_tb_tr/trace" | sort | uniq -c | sort -rn |
+        head -n 20 | _tb_name_guest_rips
+    : >"$_tb_tr/set_event_pid"
+    : >"$_tb_tr/trace"
+}
+
+# Adds the guest kernel function to "count reason R rip 0xRIP" lines when
+# the guest runs this L1's kernel build (its "@@TB-L2 INIT" line gives its
+# _stext, i.e. its KASLR base, and its release): offsets from _stext are
+# the same in both, so this kernel's /proc/kallsyms names them. Only the
+# low 32 bits are compared (awk's numbers are doubles; the text is far
+# smaller than 4 GiB).
+_tb_name_guest_rips() {
+    _tb_init=$(tr -d '\r' <"$TB_VMM_SERIAL" 2>/dev/null | grep '@@TB-L2 INIT .*stext=0x' | tail -n 1)
+    _tb_st2=$(echo "$_tb_init" | sed -n 's/.*stext=0x\([0-9a-f]*\).*/\1/p')
+    _tb_st1=$(grep -m 1 ' _stext$' /proc/kallsyms | cut -d ' ' -f 1)
+    case "$_tb_init" in *" kernel=$(uname -r)"*) ;; *) _tb_st2="" ;; esac
+    if [ -z "$_tb_st2" ] || [ -z "$_tb_st1" ] || [ "$_tb_st1" = 0000000000000000 ]; then
+        cat
+        return
+    fi
+    awk -v st1="$_tb_st1" -v st2="$_tb_st2" '
+        function lo32(h,   v, i) {
+            h = tolower(substr(h, length(h) - 7)); v = 0
+            for (i = 1; i <= length(h); i++) v = v * 16 + index("0123456789abcdef", substr(h, i, 1)) - 1
+            return v
+        }
+        function rel(h, base) { return (lo32(h) - base + 4294967296) % 4294967296 }
+        NR == FNR { if ($2 ~ /^[tT]$/) { r = rel($1, b1); if (r < 1073741824) { a[++n] = r; s[n] = $3 } } next }
+        {
+            line = $0; rip = $NF; sub(/^0x/, "", rip)
+            if (length(rip) == 16 && substr(rip, 1, 4) == "ffff") {
+                r = rel(rip, b2); best = -1
+                for (i = 1; i <= n; i++) if (a[i] <= r && (best < 0 || a[i] > a[best])) best = i
+                if (best > 0) line = line sprintf(" %s+0x%x", s[best], r - a[best])
+            }
+            print line
+        }
+        BEGIN { b1 = lo32(st1); b2 = lo32(st2) }
+    ' /proc/kallsyms -
+}
+
 tb_vmm_diag() {
     _tb_df=${1:-$TB_OUT/vmm-diag.txt}
     [ -n "$TB_VMM_PID" ] && [ -d "/proc/$TB_VMM_PID" ] || return 0
@@ -199,6 +307,7 @@ tb_vmm_diag() {
                 done
             done
         done
+        _tb_kvm_exits 2
     } >"$_tb_df" 2>&1
     tb_log "VMM diagnostics saved to $_tb_df"
 }
