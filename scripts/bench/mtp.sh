@@ -79,10 +79,12 @@ checks = l2.get("checks", {})
 
 workloads = f.get("workloads", "").split()
 pcts = f.get("fmem_pcts", "").split()
-residency, wins, marking, metadata, cpu = {}, {}, [], [], []
-accesses, mtp_runs = {}, {}
+residency, wins, wins_window, marking, metadata, cpu = {}, {}, {}, [], [], []
+accesses, mtp_runs, vs_none, mtpdef_runs = {}, {}, {}, {}
 sampling, migrating, migration_max, deferred = [], [], [], 0
 metric = {}
+# mtpdef: MTP at its native sampling/migration shares (the bench's only)
+PHASES = ("none", "numab", "mtp", "mtpdef")
 
 
 def throughput(result):
@@ -98,20 +100,43 @@ for w in workloads:
     residency[w] = {}
     accesses[w] = {}
     mtp_runs[w] = {}
+    vs_none[w] = {}
+    mtpdef_runs[w] = {}
     wins[w] = 0
+    wins_window[w] = 0
     metric[w] = {"ref_fmem_unlimited": throughput(f.get(f"{w}-ref_result"))}
     for p in pcts:
         tag = f"{w}-{p}"
         metric[w][p] = {ph: throughput(f.get(f"{tag}-{ph}_result"))
-                        for ph in ("none", "numab", "mtp")}
-        row = {ph: f.get(f"{tag}_{ph}_hot_fmem_pct_mean") for ph in ("none", "numab", "mtp")}
+                        for ph in PHASES}
+        base = metric[w][p]["none"]
+        # the user's figure first: each phase's rounds/s beside no tiering's
+        vs_none[w][p] = {ph: round(t["rounds_per_s"] / base["rounds_per_s"], 3)
+                         for ph, t in metric[w][p].items() if ph != "none" and t and base}
+        d = f.get(f"{tag}-mtpdef_result") or f.get(f"{tag}_mtpdef_result")
+        if isinstance(d, dict) and d.get("mtp_stats"):
+            ds = d["mtp_stats"]
+            mtpdef_runs[w][p] = {k: ds.get(k) for k in (
+                "markings", "samples", "migrations", "pages_demoted", "pages_promoted",
+                "time_marking", "time_sampling", "time_migrating")}
+        row = {ph: f.get(f"{tag}_{ph}_hot_fmem_pct_mean") for ph in PHASES}
         row["mtp_late"] = f.get(f"{tag}_mtp_hot_fmem_pct_late")
         row["numab_late"] = f.get(f"{tag}_numab_hot_fmem_pct_late")
+        # MTP's runs last longer (its CPU under TCG), so its mean covers more
+        # time to converge: the same figure over only as many DAMON samples
+        # as numab's run got compares equal windows from the start
+        ms, ns = f.get(f"{tag}_mtp_hot_fmem_pct_series"), f.get(f"{tag}_numab_hot_fmem_pct_series")
+        if isinstance(ms, list) and isinstance(ns, list) and ms and ns:
+            head = ms[:len(ns)]
+            row["mtp_numab_window"] = round(sum(head) / len(head), 1)
+            row["samples"] = {"mtp": len(ms), "numab": len(ns)}
+            if row["mtp_numab_window"] >= row["numab"]:
+                wins_window[w] += 1
         residency[w][p] = row
         # weighted by DAMON's nr_accesses: MTP's own sweeps read every
         # tracked object's refcount, which makes cold pages "hot" (accessed)
         # in the unweighted share; weighted, a page read once per sweep counts little
-        accesses[w][p] = {ph: f.get(f"{tag}_{ph}_acc_fmem_pct_mean") for ph in ("none", "numab", "mtp")}
+        accesses[w][p] = {ph: f.get(f"{tag}_{ph}_acc_fmem_pct_mean") for ph in PHASES}
         if isinstance(row["mtp"], (int, float)) and isinstance(row["numab"], (int, float)) \
                 and row["mtp"] >= row["numab"]:
             wins[w] += 1
@@ -147,11 +172,13 @@ print(json.dumps({
     "testbed_rc": rc,
     "partial": partial,
     "failures": failures,
+    "throughput_vs_none": vs_none,
     "throughput": metric,
     "hot_fmem_pct": residency,
     "acc_fmem_pct": accesses,
     "mtp_ge_numab_sizes": {w: f"{wins[w]} of {len(pcts)}" for w in workloads},
     "mtp_ge_numab_2_of_3": all(wins[w] >= 2 for w in workloads) if workloads else None,
+    "mtp_ge_numab_sizes_numab_window": {w: f"{wins_window[w]} of {len(pcts)}" for w in workloads},
     "marking_share_max": rnd(max(marking)) if marking else None,
     "marking_share_le_8_3pct": (max(marking) <= 0.083) if marking else None,
     "sampling_share_max": rnd(max(sampling)) if sampling else None,
@@ -165,6 +192,7 @@ print(json.dumps({
     "metadata_le_6_4pct": (max(metadata) <= 0.064) if metadata else None,
     "cpu_overhead_mean": rnd(sum(cpu) / len(cpu)) if cpu else None,
     "mtp_runs": mtp_runs,
+    "mtpdef_runs": mtpdef_runs,
     "outputs_identical": f"{sum(identical)} of {len(identical)}",
     "model_r2": float(r2.group(1)) if r2 else None,
     "model_pearson": float(pe.group(1)) if pe else None,

@@ -17,6 +17,7 @@
 #define MAX_LOAD_PCT 80
 #define REHASH_LOAD_PCT 60
 #define MIN_LOAD_PCT 35
+#define FIT_LOAD_PCT 55
 
 static inline size_t slot_of(uint64_t key, size_t cap)
 {
@@ -161,6 +162,13 @@ int mtp_objtable_compact(struct mtp_objtable *t)
 {
 	/* also shrinks a table most of whose objects were freed */
 	if (!t->tombstones && (t->cap <= MIN_CAP || 100 * t->live >= MIN_LOAD_PCT * t->cap))
+		return 0;
+	return rehash(t, cap_for(t->live));
+}
+
+int mtp_objtable_fit(struct mtp_objtable *t)
+{
+	if (t->cap <= MIN_CAP || 100 * (t->live + t->tombstones) >= FIT_LOAD_PCT * t->cap)
 		return 0;
 	return rehash(t, cap_for(t->live));
 }

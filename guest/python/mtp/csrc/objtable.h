@@ -128,6 +128,13 @@ int mtp_objtable_reserve(struct mtp_objtable *t, size_t n);
  */
 int mtp_objtable_compact(struct mtp_objtable *t);
 
+/*
+ * Shrinks a table that a reserve left less than 55 % full to the size its
+ * live entries need (a first marking pass reserves for an estimate); -1
+ * when memory ran out (table unchanged).
+ */
+int mtp_objtable_fit(struct mtp_objtable *t);
+
 void mtp_objtable_free(struct mtp_objtable *t);
 
 static inline size_t mtp_objtable_bytes(const struct mtp_objtable *t)

@@ -359,6 +359,7 @@ int mtp_mark(unsigned int depth_limit, unsigned int size_limit, struct mtp_mark_
 		.depth_limit = depth_limit, .size_limit = size_limit, .r = r,
 	};
 	size_t gc_objects;
+	int first = !mtp_table.live;
 
 	memset(r, 0, sizeof(*r));
 	/* drop tombstones, and shrink a table most of whose objects died */
@@ -372,7 +373,7 @@ int mtp_mark(unsigned int depth_limit, unsigned int size_limit, struct mtp_mark_
 	 * and floats hang off containers), so one rehash now instead of a
 	 * dozen while growing. Later passes find most entries in place.
 	 */
-	if (!mtp_table.live) {
+	if (first) {
 		mtp_gc_roots(count_root, NULL, &gc_objects);
 		if (mtp_objtable_reserve(&mtp_table, 2 * gc_objects)) {
 			PyErr_NoMemory();
@@ -384,6 +385,13 @@ int mtp_mark(unsigned int depth_limit, unsigned int size_limit, struct mtp_mark_
 	mtp_gc_roots(mark_root, &w, &r->roots);
 	free(w.stack);
 	free(w.depth);
+	/*
+	 * The first pass reserved for an estimate (NetworkX: 271 000 slots for
+	 * 148 000 objects, 6.5 % of the RSS): hand back what it did not use.
+	 * Before the active list is rebuilt, which holds slot indices.
+	 */
+	if (!w.nomem && first && mtp_objtable_fit(&mtp_table))
+		w.nomem = 1;
 	active_rebuild();
 	if (w.nomem) {
 		PyErr_NoMemory();

@@ -7,12 +7,16 @@
  * line:
  *
  *   {"t_ms":T,"regions":R,"hot_pages":H,"hot_fast":HF,"hot_fast_pct":P,
- *    "resident":N,"resident_fast":NF,"acc_fast_pct":A}
+ *    "resident":N,"resident_fast":NF,"acc_fast_pct":A,
+ *    "hot_by_kind":{"file":[H,HF],"heap":[H,HF],"stack":[H,HF],"anon":[H,HF]}}
  *
  * hot = pages of regions with nr_accesses >= 1 in the last aggregation
  * interval; acc_fast_pct weighs every resident page by its region's
  * nr_accesses (the share of sampled accesses served by the fast node).
- * Page locations come from move_pages(2) with nodes = NULL.
+ * Page locations come from move_pages(2) with nodes = NULL. hot_by_kind
+ * splits the hot pages by the mapping they are in (/proc/PID/maps: a file,
+ * [heap], a [stack], other anonymous memory), to tell which memory a
+ * manager left in the slow tier.
  *
  *   mtp-hotmon -p PID [-i INTERVAL_MS] [-s SAMPLE_US] [-a AGGR_US] [-f NODE]
  *
@@ -120,10 +124,80 @@ static int setup(pid_t pid, unsigned long sample_us, unsigned long aggr_us)
 	return put(ADMIN "/0/state", "on");
 }
 
+enum kind { K_FILE, K_HEAP, K_STACK, K_ANON, NR_KINDS };
+static const char *const kind_name[NR_KINDS] = { "file", "heap", "stack", "anon" };
+
 struct tally {
 	uint64_t regions, hot, hot_fast, resident, resident_fast;
+	uint64_t kind_hot[NR_KINDS], kind_hot_fast[NR_KINDS];
 	double acc, acc_fast;
 };
+
+/* The target's mappings, sorted by address as /proc/PID/maps lists them. */
+struct mapping {
+	uint64_t start, end;
+	enum kind kind;
+};
+static struct mapping *maps;
+static size_t nr_maps, cap_maps;
+
+static void read_maps(pid_t pid)
+{
+	char path[64], line[512];
+	FILE *f;
+
+	nr_maps = 0;
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long s, e;
+		char name[256] = "";
+		struct mapping *m;
+
+		if (sscanf(line, "%llx-%llx %*s %*s %*s %*s %255s", &s, &e, name) < 2)
+			continue;
+		if (nr_maps == cap_maps) {
+			size_t cap = cap_maps ? cap_maps * 2 : 256;
+			struct mapping *n = realloc(maps, cap * sizeof(*n));
+
+			if (!n)
+				break;
+			maps = n;
+			cap_maps = cap;
+		}
+		m = &maps[nr_maps++];
+		m->start = s;
+		m->end = e;
+		if (name[0] == '/')
+			m->kind = K_FILE;
+		else if (!strcmp(name, "[heap]"))
+			m->kind = K_HEAP;
+		else if (!strncmp(name, "[stack", 6))
+			m->kind = K_STACK;
+		else
+			m->kind = K_ANON;
+	}
+	fclose(f);
+}
+
+static enum kind kind_of(uint64_t addr)
+{
+	size_t lo = 0, hi = nr_maps;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (addr < maps[mid].start)
+			hi = mid;
+		else if (addr >= maps[mid].end)
+			lo = mid + 1;
+		else
+			return maps[mid].kind;
+	}
+	return K_ANON;
+}
 
 /* Locates the pages of [start, end) and adds them to @t. */
 static void locate(pid_t pid, uint64_t start, uint64_t end, uint64_t nr_acc, int fast,
@@ -135,6 +209,7 @@ static void locate(pid_t pid, uint64_t start, uint64_t end, uint64_t nr_acc, int
 
 	while (a < end && !stop) {
 		unsigned long n = 0, i;
+		enum kind k;
 		long rc;
 
 		while (n < BATCH && a < end) {
@@ -149,13 +224,18 @@ static void locate(pid_t pid, uint64_t start, uint64_t end, uint64_t nr_acc, int
 				continue; /* not present (or not mapped) */
 			t->resident++;
 			t->acc += nr_acc;
-			if (nr_acc)
+			k = nr_acc ? kind_of((uint64_t)(uintptr_t)pages[i]) : K_ANON;
+			if (nr_acc) {
 				t->hot++;
+				t->kind_hot[k]++;
+			}
 			if (status[i] == fast) {
 				t->resident_fast++;
 				t->acc_fast += nr_acc;
-				if (nr_acc)
+				if (nr_acc) {
 					t->hot_fast++;
+					t->kind_hot_fast[k]++;
+				}
 			}
 		}
 	}
@@ -167,6 +247,7 @@ static int snapshot(pid_t pid, int fast, struct tally *t)
 	uint64_t i, start, end, nr;
 
 	memset(t, 0, sizeof(*t));
+	read_maps(pid);
 	if (put(ADMIN "/0/state", "update_schemes_tried_regions"))
 		return -1;
 	for (i = 0;; i++) {
@@ -202,7 +283,7 @@ static unsigned long arg_ul(const char *s, const char *what, int zero_ok)
 int main(int argc, char **argv)
 {
 	unsigned long interval_ms = 2000, sample_us = 20000, aggr_us = 400000;
-	int fast = 0, opt, rc = 0;
+	int fast = 0, opt, rc = 0, k;
 	pid_t pid = 0;
 	uint64_t t0;
 	struct sigaction sa = { .sa_handler = on_signal };
@@ -243,10 +324,14 @@ int main(int argc, char **argv)
 			continue; /* DAMON had no aggregation to report yet */
 		printf("{\"t_ms\":%" PRIu64 ",\"regions\":%" PRIu64 ",\"hot_pages\":%" PRIu64
 		       ",\"hot_fast\":%" PRIu64 ",\"hot_fast_pct\":%.1f,\"resident\":%" PRIu64
-		       ",\"resident_fast\":%" PRIu64 ",\"acc_fast_pct\":%.1f}\n",
+		       ",\"resident_fast\":%" PRIu64 ",\"acc_fast_pct\":%.1f,\"hot_by_kind\":{",
 		       now_ms() - t0, t.regions, t.hot, t.hot_fast,
 		       t.hot ? 100.0 * t.hot_fast / t.hot : 0.0, t.resident, t.resident_fast,
 		       t.acc > 0 ? 100.0 * t.acc_fast / t.acc : 0.0);
+		for (k = 0; k < NR_KINDS; k++)
+			printf("%s\"%s\":[%" PRIu64 ",%" PRIu64 "]", k ? "," : "", kind_name[k],
+			       t.kind_hot[k], t.kind_hot_fast[k]);
+		printf("}}\n");
 		fflush(stdout);
 	}
 	/* kdamond stops by itself once its target is gone (then EPERM) */

@@ -53,6 +53,16 @@ static int check_sizing(void)
 	CHECK(t.slots == slots);	/* no rehash after the reserve */
 	for (size_t i = 90000; i < 100000; i++)
 		CHECK(mtp_objtable_find(&t, key_of(i)));
+	/* a reserve the entries did not fill is handed back, a full one kept */
+	CHECK(mtp_objtable_fit(&t) == 0 && t.slots == slots);
+	mtp_objtable_free(&t);
+	CHECK(mtp_objtable_reserve(&t, 100000) == 0);
+	for (size_t i = 0; i < 30000; i++)
+		CHECK(mtp_objtable_insert(&t, key_of(i), &created) && created);
+	CHECK(mtp_objtable_fit(&t) == 0);
+	CHECK(t.live == 30000 && 100 * t.live >= 55 * t.cap);
+	for (size_t i = 0; i < 30000; i++)
+		CHECK(mtp_objtable_find(&t, key_of(i)));
 	mtp_objtable_free(&t);
 	return 0;
 }
