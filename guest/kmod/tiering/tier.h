@@ -19,6 +19,7 @@
 #include <linux/perf_event.h>
 #include "range_classifier.h"
 #include "tier_sample.h"
+#include "tier_abit_plan.h"
 
 #define TIER_MAX_TARGETS	64
 #define TIER_SEL_MAX		128	/* promote/demote intervals published */
@@ -71,7 +72,20 @@ struct tier_target {
 	u64 huge_probe_ns;	/* last cycle: per huge entry and pass */
 	u64 abit_huge, abit_huge_young;	/* last check: entries, young sum */
 	bool abit_huge_none_young;	/* the last sub-windows saw none */
-	u64 huge_ns, nr_huge_checks;	/* cost of the sub-windows */
+	u64 huge_ns, nr_huge_checks;	/* cost of sub-windows / polls */
+	/* huge entries: time-to-young (tier_abit_plan.h, tier_abit.c) */
+	u32 huge_slice_us;	/* spin after a clear, adapted */
+	u64 abit_huge_in_slice;	/* last arming: leads young within it */
+	u64 huge_tty_floor_ns;	/* last arming: fastest time-to-young */
+	u64 huge_tty_ref_ns;	/* reference time, averaged over armings */
+	u64 nr_huge_flushes;	/* flushes after batches of clears */
+	u64 huge_flush_ns;	/* cost of one, averaged */
+	u64 huge_tty_hist[TIER_ABIT_TTY_HIST];	/* cumulative, log2 us */
+	u16 *abit_pend;		/* arming: huge leads being polled */
+	u64 *abit_ttys;		/* arming: their times (percentile) */
+	/* huge entries measured in the last / this check (tier_abit_hkey()) */
+	u64 *abit_hprev, *abit_hcur;
+	u32 abit_nhprev;
 	struct tier_abit_sample *abit_samp;	/* armed sample pages */
 	u32 abit_nsamp, abit_cap;
 	u64 abit_rng;
@@ -186,17 +200,26 @@ struct tier_abit_sample {
 	bool huge;	/* at the check: a PMD-mapped huge page */
 	bool lead;	/* huge, and the first sample in its entry */
 	bool on_fast;	/* at the check: on the fast node */
+	bool tty;	/* huge at arming, time-to-young measured */
+	bool tty_done;	/* lead: its time-to-young is known */
+	u16 lead_idx;	/* tty: the sample that measured its entry */
 	u32 sub_young;	/* huge: sub-windows in which it was young */
+	u64 t_clear;	/* tty lead: clock start (0: not started) */
+	u64 tty_ns;	/* tty lead: time-to-young, or TIER_ABIT_TTY_NONE */
 };
 /* huge entries' sub-window (us): start and bounds of its controller */
 #define TIER_ABIT_HUGE_START_US	200
 #define TIER_ABIT_HUGE_MIN_US	20
 #define TIER_ABIT_HUGE_MAX_US	2000
 #define TIER_ABIT_HUGE_PROBE_NS	2000	/* first guess of a probe's cost */
+/* huge entries assumed before the first cycle */
+#define TIER_ABIT_TTY_LEADS_GUESS	256
 extern unsigned int tier_abit_samples, tier_abit_max_level;
 extern unsigned int tier_abit_huge_subwindows;
+extern unsigned int tier_abit_huge_tty_us, tier_abit_huge_budget_permille;
 extern unsigned int tier_resident_ms;
-void tier_abit_arm(struct tier_target *t, struct mm_struct *mm, u32 per_range);
+void tier_abit_arm(struct tier_target *t, struct mm_struct *mm, u32 per_range,
+		   u64 interval_ms);
 u64 tier_abit_check(struct tier_target *t, struct mm_struct *mm,
 		    u64 *present, u64 *young);
 void tier_abit_flush(struct mm_struct *mm);

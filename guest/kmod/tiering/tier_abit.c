@@ -339,11 +339,269 @@ out:
 	local_irq_restore(flags);
 }
 
+/*
+ * Time-to-young of huge entries (tier_abit_plan.h): the state of one
+ * arming.  Each huge entry sampled (its first sample, the lead) is
+ * cleared once; the clears are batched, and a batch's clocks start when
+ * the TLB flush that follows it has completed on every CPU that ran the
+ * target (without it a cached translation never sets the bit again);
+ * each lead is then polled with plain reads until young, gone, or past
+ * the bound: for a short spin right after its batch, then between later
+ * clears, and in a bounded tail after the last one.
+ */
+struct tier_tty {
+	struct tier_target *t;
+	struct mm_struct *mm;
+	bool on;		/* time-to-young this arming */
+	bool flush;		/* flush after each batch of clears */
+	u32 npend;		/* leads in t->abit_pend[] */
+	u32 bstart;		/* first of the open batch (no clock yet) */
+	u32 batch;		/* clears per batch when flushing */
+	u32 slice_us;		/* spin after a batch */
+	u32 leads, young, in_slice, ndone;
+	int prev;		/* the last huge lead (index), or -1 */
+	u64 max_ns, pass_ns, spin_left_ns, tail_ns, last_pass_ns;
+	u64 clear_ns, clears;	/* cost of the writes that cleared a bit */
+	u64 floor_ns;		/* fastest time-to-young seen */
+	u64 poll_ns;		/* time spent reading (spins, passes) */
+};
+
+/* Done with lead @sp: time-to-young @tty (or TIER_ABIT_TTY_NONE). */
+static void tier_tty_done(struct tier_tty *tt, struct tier_abit_sample *sp,
+			  u64 tty)
+{
+	sp->tty_done = true;
+	sp->tty_ns = tty;
+	tt->t->abit_ttys[tt->ndone++] = tty;
+	tt->t->huge_tty_hist[tier_abit_tty_bucket(tty)]++;
+	if (tty == TIER_ABIT_TTY_NONE)
+		return;
+	tt->young++;
+	if (tty < tt->floor_ns)
+		tt->floor_ns = tty;
+}
+
+/* Read lead @sp once (no write); true when its time-to-young is known. */
+static bool tier_tty_poll(struct tier_tty *tt, struct tier_abit_sample *sp,
+			  u64 now)
+{
+	struct tier_abit_entry e;
+
+	if (sp->tty_done)
+		return true;
+	if (!sp->t_clear)
+		return false;		/* its batch is not flushed yet */
+	tier_abit_probe_entry(tt->mm, sp->addr, false, false, &tier_fast_span,
+			      &e);
+	if (!e.present) {
+		tier_tty_done(tt, sp, TIER_ABIT_TTY_NONE);
+	} else if (e.young) {
+		tier_tty_done(tt, sp,
+			      now > sp->t_clear ? now - sp->t_clear : 0);
+	} else if (now - sp->t_clear >= tt->max_ns) {
+		tier_tty_done(tt, sp, TIER_ABIT_TTY_NONE);
+	}
+	return sp->tty_done;
+}
+
+/* One read of every lead still pending; drops the known ones. */
+static void tier_tty_pass(struct tier_tty *tt)
+{
+	u16 *pend = tt->t->abit_pend;
+	u64 now = ktime_get_ns();
+	u32 i, j;
+
+	for (i = 0, j = 0; i < tt->npend; i++) {
+		struct tier_abit_sample *sp = &tt->t->abit_samp[pend[i]];
+
+		/* the open batch (bstart..) is kept in place */
+		if (!tier_tty_poll(tt, sp, now) || i >= tt->bstart)
+			pend[j++] = pend[i];
+	}
+	tt->bstart -= min(tt->bstart, tt->npend - j);
+	tt->npend = j;
+	tt->last_pass_ns = now;
+	tt->poll_ns += ktime_get_ns() - now;
+}
+
+/*
+ * Close the open batch: flush the target's CPUs (tier_abit_tty_flush()
+ * says why), start the batch's clocks when the flush is done, and spin on
+ * its leads for up to a slice (within the budget), so that entries
+ * touched within microseconds are told apart however slow the next
+ * clear is.
+ */
+static void tier_tty_start(struct tier_tty *tt)
+{
+	struct tier_target *t = tt->t;
+	u64 now, end, spent;
+	u32 i, left;
+
+	if (tt->bstart >= tt->npend)
+		return;
+	if (tt->flush) {
+		u64 t0 = ktime_get_ns(), d;
+
+		/* returns once every CPU that ran the target has flushed */
+		tier_abit_flush(tt->mm);
+		d = ktime_get_ns() - t0;
+		t->huge_flush_ns = (3 * t->huge_flush_ns + d) / 4;
+		tt->spin_left_ns -= min(tt->spin_left_ns, d);
+		tt->poll_ns += d;
+		t->nr_flushes++;
+		t->nr_huge_flushes++;
+	}
+	now = ktime_get_ns();
+	for (i = tt->bstart; i < tt->npend; i++)
+		t->abit_samp[t->abit_pend[i]].t_clear = now;
+	end = now + min_t(u64, (u64)tt->slice_us * NSEC_PER_USEC,
+			  tt->spin_left_ns);
+	for (left = tt->npend - tt->bstart; left && now < end;) {
+		u64 t1 = ktime_get_ns();
+
+		for (i = tt->bstart, left = 0; i < tt->npend; i++) {
+			struct tier_abit_sample *sp =
+				&t->abit_samp[t->abit_pend[i]];
+
+			if (sp->tty_done)
+				continue;
+			if (!tier_tty_poll(tt, sp, t1))
+				left++;
+			else if (sp->tty_ns != TIER_ABIT_TTY_NONE)
+				tt->in_slice++;
+		}
+		now = ktime_get_ns();
+	}
+	spent = now - t->abit_samp[t->abit_pend[tt->bstart]].t_clear;
+	tt->spin_left_ns -= min(tt->spin_left_ns, spent);
+	tt->poll_ns += spent;
+	tt->bstart = tt->npend;
+}
+
+static void tier_tty_begin(struct tier_tty *tt, struct tier_target *t,
+			   struct mm_struct *mm, u64 interval_ms)
+{
+	u32 max_us = READ_ONCE(tier_abit_huge_tty_us);
+	u64 budget;
+
+	memset(tt, 0, sizeof(*tt));
+	tt->t = t;
+	tt->mm = mm;
+	tt->prev = -1;
+	tt->on = max_us && !READ_ONCE(tier_abit_huge_subwindows);
+	if (!tt->on)
+		return;
+	budget = READ_ONCE(tier_abit_huge_budget_permille);
+	budget = tier_abit_tty_budget_us(interval_ms, budget);
+	tt->max_ns = (u64)max_us * NSEC_PER_USEC;
+	tt->slice_us = min_t(u32, t->huge_slice_us, TIER_ABIT_TTY_SLICE_MAX_US);
+	/* between clears, the pending leads are read every quarter slice */
+	tt->pass_ns = max_t(u64, (u64)tt->slice_us * NSEC_PER_USEC / 4,
+			    NSEC_PER_USEC);
+	tt->spin_left_ns = budget / 2 * NSEC_PER_USEC;
+	tt->tail_ns = tier_abit_tty_tail_us(max_us, budget) * NSEC_PER_USEC;
+	tt->flush = tier_abit_tty_flush(READ_ONCE(tier_abit_tlb_flush));
+	/* before the first cycle the number of entries is a guess */
+	tt->batch = tt->flush ?
+		    tier_abit_tty_batch(t->abit_huge ? t->abit_huge :
+					TIER_ABIT_TTY_LEADS_GUESS, budget,
+					t->huge_flush_ns, tt->slice_us) : 1;
+	tt->floor_ns = TIER_ABIT_TTY_NONE;
+}
+
+/*
+ * Sample @n at @a was just probed (@e) with its huge bit cleared if
+ * @cleared: a new lead joins the batch, a sample in the last lead's
+ * entry follows it.
+ */
+static void tier_tty_add(struct tier_tty *tt, u32 n,
+			 const struct tier_abit_entry *e, bool cleared,
+			 u64 write_ns)
+{
+	struct tier_abit_sample *sp = &tt->t->abit_samp[n];
+
+	if (!e->huge)
+		return;
+	sp->tty = true;
+	if (!cleared) {
+		sp->lead_idx = tt->prev;
+		return;
+	}
+	sp->lead = true;
+	sp->lead_idx = n;
+	sp->t_clear = 0;
+	sp->tty_done = false;
+	sp->tty_ns = TIER_ABIT_TTY_NONE;
+	tt->prev = n;
+	tt->leads++;
+	tt->t->abit_pend[tt->npend++] = n;
+	if (e->young) {		/* the bit was set: a write happened */
+		tt->clear_ns += write_ns;
+		tt->clears++;
+	}
+	if (tt->npend - tt->bstart >= tt->batch)
+		tier_tty_start(tt);
+}
+
+/* Between clears: read the pending leads once per reference time. */
+static void tier_tty_between(struct tier_tty *tt)
+{
+	if (!tt->bstart)	/* no clock started */
+		return;
+	if (ktime_get_ns() - tt->last_pass_ns >= tt->pass_ns)
+		tier_tty_pass(tt);
+}
+
+/* After the last clear: the tail, then the cycle's figures. */
+static void tier_tty_end(struct tier_tty *tt)
+{
+	struct tier_target *t = tt->t;
+	u64 end;
+	u32 i;
+
+	if (!tt->on || !tt->leads)
+		return;
+	tier_tty_start(tt);
+	end = ktime_get_ns() + tt->tail_ns;
+	while (tt->npend && ktime_get_ns() < end) {
+		tier_tty_pass(tt);
+		if (need_resched())
+			cond_resched();
+	}
+	/* past the tail: not seen young */
+	for (i = 0; i < tt->npend; i++)
+		tier_tty_done(tt, &t->abit_samp[t->abit_pend[i]],
+			      TIER_ABIT_TTY_NONE);
+	tt->npend = 0;
+	if (tt->clears)
+		t->huge_probe_ns = max_t(u64, div64_u64(tt->clear_ns,
+							tt->clears), 1);
+	t->abit_huge = tt->leads;
+	t->abit_huge_young = tt->young;
+	t->abit_huge_in_slice = tt->in_slice;
+	t->huge_tty_floor_ns = tt->floor_ns == TIER_ABIT_TTY_NONE ? 0 :
+			       tt->floor_ns;
+	t->huge_tty_ref_ns = tier_abit_tty_ref_ns(t->huge_tty_ref_ns,
+			tier_abit_tty_ref_time(t->abit_ttys, tt->ndone,
+					       TIER_ABIT_TTY_REF_PCT),
+			t->huge_tty_floor_ns);
+	/* keep 2-15 % of the leads young within the spin: the hot ones */
+	t->huge_slice_us = tier_abit_next_window(t->huge_slice_us, tt->in_slice,
+						 tt->leads,
+						 READ_ONCE(tier_abit_young_lo_pct),
+						 READ_ONCE(tier_abit_young_hi_pct),
+						 TIER_ABIT_TTY_SLICE_MIN_US,
+						 TIER_ABIT_TTY_SLICE_MAX_US);
+	t->nr_huge_checks++;
+	t->huge_ns += tt->poll_ns;
+}
+
 /**
  * tier_abit_arm() - pick this cycle's sample pages and clear their bits.
  * @t:		target (tier_lock held).
  * @mm:		its mm, pinned and loaded by the caller.
  * @per_range:	samples wanted per range.
+ * @interval_ms: the scan interval (backed off), for the polling budget.
  *
  * Each range is cut into equal strata (more where little of it is
  * resident: tier_abit_strata()) and one address is drawn in each, up to
@@ -352,15 +610,23 @@ out:
  * present ones are kept (with their weight), so that tier_abit_check()
  * reads the same entries even if the classifier splits or merges ranges
  * in between.  A range with nothing resident is skipped.
+ *
+ * Huge entries (abit_huge_tty_us > 0, sub-windows off): each is cleared
+ * once, by its first sample, and timed until it is young again (struct
+ * tier_tty); later samples in the same entry only read it.  With no huge
+ * entry (THP off) none of this runs.
  */
-void tier_abit_arm(struct tier_target *t, struct mm_struct *mm, u32 per_range)
+void tier_abit_arm(struct tier_target *t, struct mm_struct *mm, u32 per_range,
+		   u64 interval_ms)
 {
 	struct hrc *c = &t->hrc;
 	u32 k = tier_abit_samples_per_range(c->nr, per_range, t->abit_cap);
 	u32 i, j, n = 0;
+	struct tier_tty tt;
 
 	if (WARN_ON_ONCE(current->mm != mm))
 		return;
+	tier_tty_begin(&tt, t, mm, interval_ms);
 	for (i = 0; i < c->nr && n < t->abit_cap; i++) {
 		const struct hrc_range *r = &c->ranges[i];
 		u64 s = r->start, e = r->end, pages = (e - s) >> PAGE_SHIFT;
@@ -375,13 +641,28 @@ void tier_abit_arm(struct tier_target *t, struct mm_struct *mm, u32 per_range)
 				u64 a = tier_abit_sample_addr(&t->abit_rng, s,
 							      e, j, m);
 				struct tier_abit_entry en;
+				/* one clear per huge entry when timing them */
+				bool ch = !tt.on || tt.prev < 0 ||
+					  !tier_abit_same_huge(
+						t->abit_samp[tt.prev].addr, a);
+				u64 t1 = tt.on ? ktime_get_ns() : 0;
 
 				/* arming clears base and huge entries alike */
-				tier_abit_probe_entry(mm, a, true, true,
+				tier_abit_probe_entry(mm, a, true, ch,
 						      &tier_fast_span, &en);
+				t->abit_samp[n].addr = a;
+				t->abit_samp[n].tty = false;
+				t->abit_samp[n].lead = false;
+				if (tt.on) {
+					t1 = ktime_get_ns() - t1;
+					if (en.present)
+						tier_tty_add(&tt, n, &en, ch,
+							     t1);
+					tier_tty_between(&tt);
+				}
 				if (!en.present)
 					continue;
-				t->abit_samp[n++].addr = a;
+				n++;
 				break;
 			}
 		}
@@ -393,6 +674,7 @@ void tier_abit_arm(struct tier_target *t, struct mm_struct *mm, u32 per_range)
 			cond_resched();
 	}
 	t->abit_nsamp = n;
+	tier_tty_end(&tt);
 }
 
 /* Record a young sample's @w base pages; returns what the ranges took. */
@@ -514,6 +796,53 @@ static u64 tier_abit_huge_windows(struct tier_target *t, struct mm_struct *mm,
 	return est;
 }
 
+/*
+ * Record the huge samples timed at arming: each by its entry's
+ * time-to-young (its lead's), beyond the fastest of the cycle
+ * (tier_abit_tty_weight()), confirmed by the entry's fraction in the
+ * previous check (tier_abit_tty_confirmed(): the smaller of the two, so
+ * that one lucky measurement of a cold entry counts for next to
+ * nothing).  @sp->huge says the entry was still present at the check.
+ * Samples are in ascending address order (strata within sorted ranges),
+ * so this check's entries are kept as sorted keys for the next.
+ */
+static u64 tier_abit_tty_record(struct tier_target *t)
+{
+	u32 i, pos = 0, ncur = 0;
+	u64 est = 0, *swap;
+
+	for (i = 0; i < t->abit_nsamp; i++) {
+		struct tier_abit_sample *sp = &t->abit_samp[i];
+		const struct tier_abit_sample *ld;
+		u32 frac;
+		u64 key;
+
+		if (!sp->tty || !sp->huge || sp->lead_idx >= t->abit_nsamp)
+			continue;
+		ld = &t->abit_samp[sp->lead_idx];
+		if (!ld->tty_done)
+			continue;
+		frac = (u32)tier_abit_tty_weight(TIER_ABIT_FRAC_ONE, ld->tty_ns,
+						 t->huge_tty_floor_ns,
+						 t->huge_tty_ref_ns);
+		/* one key per entry; a key not above the last would unsort */
+		key = tier_abit_hkey(sp->addr, frac);
+		if (ncur < t->abit_cap &&
+		    (!ncur || (t->abit_hcur[ncur - 1] >> TIER_ABIT_HKEY_SHIFT) <
+			      (key >> TIER_ABIT_HKEY_SHIFT)))
+			t->abit_hcur[ncur++] = key;
+		frac = tier_abit_tty_confirmed(t->abit_hprev, t->abit_nhprev,
+					       &pos, sp->addr, frac);
+		est += tier_abit_record(t, sp, sp->weight * frac /
+					       TIER_ABIT_FRAC_ONE);
+	}
+	swap = t->abit_hprev;
+	t->abit_hprev = t->abit_hcur;
+	t->abit_hcur = swap;
+	t->abit_nhprev = ncur;
+	return est;
+}
+
 /**
  * tier_abit_check() - read the sample pages' bits and record the young.
  * @t:		target (tier_lock held).
@@ -523,9 +852,11 @@ static u64 tier_abit_huge_windows(struct tier_target *t, struct mm_struct *mm,
  *
  * Base entries are only read: the bits stay set for reclaim.  Each young
  * one is recorded at its address with its weight (hrc_record_n()).  Huge
- * entries (unless abit_huge_subwindows is 0) are judged by their young
- * rate over short sub-windows instead (tier_abit_huge_windows()); they
- * are left out of @present and @young, which steer the main window.
+ * entries are judged by their time-to-young, measured at arming
+ * (tier_abit_tty_record()), or with abit_huge_subwindows > 0 by their
+ * young rate over short sub-windows (tier_abit_huge_windows()); either
+ * way they are left out of @present and @young, which steer the main
+ * window.
  *
  * Return: estimated young base pages (sum of the recorded weights).
  */
@@ -533,7 +864,7 @@ u64 tier_abit_check(struct tier_target *t, struct mm_struct *mm,
 		    u64 *present, u64 *young)
 {
 	u32 nsub = READ_ONCE(tier_abit_huge_subwindows);
-	u32 i, nhuge = 0;
+	u32 i, nhuge = 0, ntty = 0;
 	u64 est = 0;
 
 	*present = 0;
@@ -546,8 +877,13 @@ u64 tier_abit_check(struct tier_target *t, struct mm_struct *mm,
 
 		tier_abit_probe_entry(mm, sp->addr, false, false,
 				      &tier_fast_span, &e);
-		sp->huge = e.present && e.huge && nsub;
 		sp->on_fast = e.on_fast;
+		if (sp->tty) {		/* timed at arming */
+			sp->huge = e.present;
+			ntty++;
+			continue;
+		}
+		sp->huge = e.present && e.huge && nsub;
 		sp->sub_young = 0;
 		if (sp->huge) {
 			nhuge++;
@@ -563,9 +899,11 @@ u64 tier_abit_check(struct tier_target *t, struct mm_struct *mm,
 		if (need_resched())
 			cond_resched();
 	}
+	if (ntty)
+		est += tier_abit_tty_record(t);
 	if (nhuge)
 		est += tier_abit_huge_windows(t, mm, nsub);
-	else
+	else if (!ntty)
 		t->abit_huge = t->abit_huge_young = 0;
 	t->abit_nsamp = 0;
 	return est;

@@ -189,9 +189,18 @@ static void tier_target_free_ranges(struct tier_target *t)
 	kvfree(t->ranges);
 	kvfree(t->order);
 	kvfree(t->abit_samp);
+	kvfree(t->abit_pend);
+	kvfree(t->abit_ttys);
+	kvfree(t->abit_hprev);
+	kvfree(t->abit_hcur);
 	t->ranges = NULL;
 	t->order = NULL;
 	t->abit_samp = NULL;
+	t->abit_pend = NULL;
+	t->abit_ttys = NULL;
+	t->abit_hprev = NULL;
+	t->abit_hcur = NULL;
+	t->abit_nhprev = 0;
 	t->abit_nsamp = 0;
 	t->abit_cap = 0;
 	memset(&t->hrc, 0, sizeof(t->hrc));
@@ -234,6 +243,11 @@ static void tier_target_clear_stats(struct tier_target *t)
 	t->abit_huge_young = 0;
 	t->huge_ns = 0;
 	t->nr_huge_checks = 0;
+	t->abit_huge_in_slice = 0;
+	t->huge_tty_floor_ns = 0;
+	t->huge_tty_ref_ns = 0;
+	t->nr_huge_flushes = 0;
+	memset(t->huge_tty_hist, 0, sizeof(t->huge_tty_hist));
 	t->arm_ns = 0;
 	t->check_ns = 0;
 	t->resident_ns = 0;
@@ -296,10 +310,20 @@ int tier_target_start(struct tier_target *t, pid_t nr)
 	t->order = kvcalloc(cap, sizeof(*t->order), GFP_KERNEL);
 	t->abit_samp = kvcalloc(TIER_ABIT_MAX_SAMPLES, sizeof(*t->abit_samp),
 				GFP_KERNEL);
-	if (!t->ranges || !t->order || !t->abit_samp)
+	t->abit_pend = kvcalloc(TIER_ABIT_MAX_SAMPLES, sizeof(*t->abit_pend),
+				GFP_KERNEL);
+	t->abit_ttys = kvcalloc(TIER_ABIT_MAX_SAMPLES, sizeof(*t->abit_ttys),
+				GFP_KERNEL);
+	t->abit_hprev = kvcalloc(TIER_ABIT_MAX_SAMPLES, sizeof(*t->abit_hprev),
+				 GFP_KERNEL);
+	t->abit_hcur = kvcalloc(TIER_ABIT_MAX_SAMPLES, sizeof(*t->abit_hcur),
+				GFP_KERNEL);
+	if (!t->ranges || !t->order || !t->abit_samp || !t->abit_pend ||
+	    !t->abit_ttys || !t->abit_hprev || !t->abit_hcur)
 		goto out_free;
 	t->abit_cap = TIER_ABIT_MAX_SAMPLES;
 	t->abit_nsamp = 0;
+	t->abit_nhprev = 0;
 	t->abit_rng = get_random_u64() | 1;
 	tier_params(&p);
 	p.max_ranges = cap;
@@ -344,6 +368,8 @@ int tier_target_start(struct tier_target *t, pid_t nr)
 	t->window_ms = min(50U, READ_ONCE(tier_scan_interval_ms));
 	t->huge_window_us = TIER_ABIT_HUGE_START_US;
 	t->huge_probe_ns = TIER_ABIT_HUGE_PROBE_NS;
+	t->huge_slice_us = TIER_ABIT_TTY_SLICE_START_US;
+	t->huge_flush_ns = TIER_ABIT_TTY_FLUSH_START_NS;
 	t->scan_level = 0;
 	t->next_resident_ns = t->started_ns;
 	t->prev_hot_bytes = 0;
@@ -416,7 +442,7 @@ static void tier_abit_step(struct tier_target *t, struct mm_struct *mm,
 	if (!t->abit_armed) {
 		tier_abit_resident(t, mm, now);
 		t1 = ktime_get_ns();
-		tier_abit_arm(t, mm, READ_ONCE(tier_abit_samples));
+		tier_abit_arm(t, mm, READ_ONCE(tier_abit_samples), ival);
 		t->arm_ns += ktime_get_ns() - t1;
 		flush = READ_ONCE(tier_abit_tlb_flush);
 		if (flush == TIER_FLUSH_ALWAYS ||

@@ -44,7 +44,9 @@ MODULE_PARM_DESC(follow_children, "manage the children a target forks as targets
 unsigned int tier_abit_tlb_flush = TIER_FLUSH_AUTO;
 unsigned int tier_abit_samples = 32;	/* per range and cycle */
 unsigned int tier_abit_max_level = 4;	/* back-off up to 16x */
-unsigned int tier_abit_huge_subwindows;	/* 0 (default): huge as base entries */
+unsigned int tier_abit_huge_subwindows;	/* 0 (default): time-to-young */
+unsigned int tier_abit_huge_tty_us = 2000;	/* 0: huge as base entries */
+unsigned int tier_abit_huge_budget_permille = 20;
 unsigned int tier_resident_ms = 2000;	/* residency walk period */
 unsigned int tier_pebs_ldlat = 64;		/* ns */
 unsigned int tier_pebs_load_period = 4093;
@@ -87,11 +89,15 @@ TIER_UINT_PARAM(abit_young_lo_pct, tier_abit_young_lo_pct, 0, 100,
 TIER_UINT_PARAM(abit_young_hi_pct, tier_abit_young_hi_pct, 1, 100,
 		"accessed-bit source: narrow the window above this young %");
 TIER_UINT_PARAM(abit_tlb_flush, tier_abit_tlb_flush, 0, 2,
-		"accessed-bit source: flush the target's CPUs' TLBs after arming: 0 never (as DAMON), 1 every cycle, 2 only after a cycle that saw no young sample");
+		"accessed-bit source: flush the target's CPUs' TLBs after arming: 0 never (as DAMON), 1 every cycle, 2 only after a cycle that saw no young sample; 1 and 2 also flush after each batch of huge (THP) clears");
 TIER_UINT_PARAM(abit_samples, tier_abit_samples, 1, 4096,
 		"accessed-bit source: sample pages per range and cycle");
 TIER_UINT_PARAM(abit_huge_subwindows, tier_abit_huge_subwindows, 0, 64,
 		"accessed-bit source: short sub-windows in which a huge (THP) entry is re-checked, its weight being the fraction found young (0 = one check, as a base page)");
+TIER_UINT_PARAM(abit_huge_tty_us, tier_abit_huge_tty_us, 0, 100000,
+		"accessed-bit source: a huge (THP) entry is cleared once and polled until young again, up to this long (us), and weighs by that time (0 = one check, as a base page; abit_huge_subwindows > 0 takes precedence)");
+TIER_UINT_PARAM(abit_huge_budget_permille, tier_abit_huge_budget_permille, 1, 1000,
+		"accessed-bit source: time spent polling huge entries per arming, in 1/1000 of the scan interval");
 TIER_UINT_PARAM(abit_max_level, tier_abit_max_level, 0, 8,
 		"accessed-bit source: back off up to 2^N x the scan interval while stable");
 TIER_UINT_PARAM(resident_ms, tier_resident_ms, 100, 600000,

@@ -140,6 +140,16 @@ static ssize_t stats_show(struct kobject *k, struct kobj_attribute *a,
 		"huge_probe_ns %llu\nhuge_checks %llu\nhuge_ns %llu\n",
 		t->abit_huge, t->abit_huge_young, t->huge_window_us,
 		t->huge_probe_ns, t->nr_huge_checks, t->huge_ns);
+	/* huge entries' time-to-young: last arming, and all so far (log2 us) */
+	len += sysfs_emit_at(buf, len,
+		"huge_slice_us %u\nhuge_in_slice %llu\nhuge_tty_floor_ns %llu\n"
+		"huge_tty_ref_ns %llu\nhuge_flushes %llu\nhuge_flush_ns %llu\n"
+		"huge_tty_hist",
+		t->huge_slice_us, t->abit_huge_in_slice, t->huge_tty_floor_ns,
+		t->huge_tty_ref_ns, t->nr_huge_flushes, t->huge_flush_ns);
+	for (i = 0; i < TIER_ABIT_TTY_HIST; i++)
+		len += sysfs_emit_at(buf, len, " %llu", t->huge_tty_hist[i]);
+	len += sysfs_emit_at(buf, len, "\n");
 	for (i = 0; i < TIER_NR_VERDICTS; i++)
 		len += sysfs_emit_at(buf, len, "pebs_%s %llu\n", vnames[i],
 				     tier_counter_read(&t->verdicts[i]));

@@ -5,6 +5,7 @@
  * samples stay inside their range and stratum, and the scan rate backs
  * off only while nothing changes.
  */
+#include <string.h>
 #include "test_util.h"
 #include "../tier_abit_plan.h"
 #include "../range_classifier.h"
@@ -227,7 +228,65 @@ static void young_weight_follows_the_rate(void)
 #define THP_NSUB	8
 #define THP_ENTRIES	(640 * MIB >> 21)
 
-static void huge_entries_ranked_by_young_rate(void)
+/*
+ * One arming of a THP simulation (the region fully resident): every 4th
+ * epoch the ranges' residency is refreshed, then up to 2048 sample
+ * addresses are drawn per stratum with their base-page weights, as
+ * tier_abit_arm() plans them.  Returns the number of samples.
+ */
+static u32 thp_sim_plan(struct hrc *c, u32 ep, u64 *srng, u64 *addr,
+			u64 *weight)
+{
+	u32 k = tier_abit_samples_per_range(c->nr, 32, 2048);
+	u32 i, j, n = 0;
+
+	if (ep % 4 == 0)
+		for (i = 0; i < c->nr; i++)
+			hrc_set_resident(c, i, (c->ranges[i].end -
+					 c->ranges[i].start) / PG, 0);
+	for (i = 0; i < c->nr && n < 2048; i++) {
+		const struct hrc_range *r = &c->ranges[i];
+		u64 pages = (r->end - r->start) / PG, w;
+		u32 m = tier_abit_strata(pages, r->nr_resident,
+					 c->resident_known, k, 16);
+		u32 first = n;
+
+		for (j = 0; j < m && n < 2048; j++)
+			addr[n++] = tier_abit_sample_addr(srng, r->start,
+							  r->end, j, m);
+		w = tier_abit_present_weight(c->resident_known ?
+					     r->nr_resident : pages, n - first);
+		for (j = first; j < n; j++)
+			weight[j] = w;
+	}
+	return n;
+}
+
+/*
+ * A THP simulation (thp_sim_run()): 60 epochs of the module's sampling
+ * plan over the region, each sample weighed for its entry by @weigh
+ * after @draw has drawn this epoch's access state of every entry; then
+ * the promote list for @fmem_bytes of FMem.
+ */
+struct thp_sim {
+	struct hrc_params p;
+	u64 rng, srng;		/* the accesses, the sampling plan */
+	u64 fmem_bytes;
+	void (*draw)(struct thp_sim *s);
+	u64 (*weigh)(const struct thp_sim *s, u32 entry, u64 weight);
+	u32 sub[THP_ENTRIES];	/* sub-windows young (sub-window rule) */
+	u64 tty[THP_ENTRIES];	/* time-to-young (time-to-young rule) */
+	u64 floor, ref, hot_us, cold_us, offset_us;
+	bool old_rule;
+};
+
+struct thp_sim_out {
+	u64 covered, promoted, first_lo, first_hi;
+	u32 nr_promo, nr_ranges;
+	u64 hot_w, hot_n, cold_w, cold_n;
+};
+
+static void thp_sim_run(struct thp_sim *s, struct thp_sim_out *o)
 {
 	static const struct hrc_interval iv[] = {
 		{ SIM_REG_LO, SIM_REG_HI },
@@ -237,88 +296,347 @@ static void huge_entries_ranked_by_young_rate(void)
 	struct hrc_selection sel = {
 		.promo = pro, .promo_max = 128, .demo = dem, .demo_max = 128,
 	};
-	u32 sub[THP_ENTRIES];
-	u64 rng = 5, srng = 13, covered = 0, promoted = 0;
-	u64 hot_w = 0, cold_w = 0, hot_n = 0, cold_n = 0;
-	struct hrc_params p;
 	struct tctx t;
-	u32 ep, i, j, n, s;
+	u32 ep, i, j, n;
 
-	hrc_default_params(&p);
-	p.nr_cpus = 2;
-	CHECK_EQ(tctx_init(&t, 2048, &p, iv, 1), 0);
+	memset(o, 0, sizeof(*o));
+	CHECK_EQ(tctx_init(&t, 2048, &s->p, iv, 1), 0);
 	for (ep = 0; ep < 60; ep++) {
 		struct hrc *c = &t.c;
-		u32 k = tier_abit_samples_per_range(c->nr, 32, 2048);
 
-		for (i = 0; i < THP_ENTRIES; i++) {
-			u64 a = SIM_REG_LO + ((u64)i << 21);
-
-			sub[i] = 0;
-			for (s = 0; s < THP_NSUB; s++)
-				sub[i] += a >= SIM_HOT_LO ||
-					  trand_below(&rng, THP_NSUB) == 0;
-		}
-		if (ep % 4 == 0)
-			for (i = 0; i < c->nr; i++)
-				hrc_set_resident(c, i, (c->ranges[i].end -
-						 c->ranges[i].start) / PG, 0);
-		n = 0;
-		for (i = 0; i < c->nr && n < 2048; i++) {
-			const struct hrc_range *r = &c->ranges[i];
-			u64 pages = (r->end - r->start) / PG, w;
-			u32 m = tier_abit_strata(pages, r->nr_resident,
-						 c->resident_known, k, 16);
-			u32 first = n;
-
-			for (j = 0; j < m && n < 2048; j++)
-				addr[n++] = tier_abit_sample_addr(&srng, r->start,
-								  r->end, j, m);
-			w = tier_abit_present_weight(c->resident_known ?
-						     r->nr_resident : pages,
-						     n - first);
-			for (j = first; j < n; j++)
-				weight[j] = w;
-		}
+		s->draw(s);
+		n = thp_sim_plan(c, ep, &s->srng, addr, weight);
 		for (j = 0; j < n; j++) {
-			u32 e = (addr[j] - SIM_REG_LO) >> 21;
-			/* young at the end of the main window: always */
-			u64 w = tier_abit_young_weight(weight[j], true, true,
-						       sub[e], THP_NSUB);
+			u64 w = s->weigh(s, (addr[j] - SIM_REG_LO) >> 21,
+					 weight[j]);
 
 			if (addr[j] >= SIM_HOT_LO) {
-				hot_w += w;
-				hot_n += weight[j];
+				o->hot_w += w;
+				o->hot_n += weight[j];
 			} else {
-				cold_w += w;
-				cold_n += weight[j];
+				o->cold_w += w;
+				o->cold_n += weight[j];
 			}
 			if (w)
 				hrc_record_n(c, addr[j], w);
 		}
 		hrc_epoch(c);
 	}
-	/* per base page sampled: a hot entry weighs >= 4x a cold one */
-	CHECK(hot_n && cold_n);
-	CHECK(hot_w * cold_n >= 4 * cold_w * hot_n);
-	hrc_select(&t.c, 128 * MIB / PG, &sel);
-	CHECK(sel.nr_promo > 0);
-	if (!sel.nr_promo)
-		pro[0] = (struct hrc_interval){ 0, 0 };
+	hrc_select(&t.c, s->fmem_bytes / PG, &sel);
+	o->nr_promo = sel.nr_promo;
+	o->nr_ranges = t.c.nr;
 	for (i = 0; i < sel.nr_promo; i++) {
-		covered += sim_overlap(pro[i].start, pro[i].end + 1, SIM_HOT_LO,
-				       SIM_REG_HI);
-		promoted += pro[i].end + 1 - pro[i].start;
+		o->covered += sim_overlap(pro[i].start, pro[i].end + 1,
+					  SIM_HOT_LO, SIM_REG_HI);
+		o->promoted += pro[i].end + 1 - pro[i].start;
 	}
-	printf("     %u ranges, %u promoted (%llu MiB), hot set covered %llu of 64 MiB, hottest [%llx, %llx]\n",
-	       t.c.nr, sel.nr_promo, (unsigned long long)(promoted / MIB),
-	       (unsigned long long)(covered / MIB),
-	       (unsigned long long)pro[0].start,
-	       (unsigned long long)pro[0].end);
-	CHECK(covered * 10 >= 64 * MIB * 9);
-	CHECK(pro[0].start >= SIM_HOT_LO - 32 * MIB && pro[0].end <= SIM_REG_HI);
+	if (sel.nr_promo) {
+		o->first_lo = pro[0].start;
+		o->first_hi = pro[0].end;
+	}
 	CHECK_EQ(hrc_validate(&t.c), 0);
 	tctx_free(&t);
+}
+
+/* Sub-windows: a hot entry young in each, a cold one in about 1 of 8. */
+static void sub_draw(struct thp_sim *s)
+{
+	u32 i, k;
+
+	for (i = 0; i < THP_ENTRIES; i++) {
+		u64 a = SIM_REG_LO + ((u64)i << 21);
+
+		s->sub[i] = 0;
+		for (k = 0; k < THP_NSUB; k++)
+			s->sub[i] += a >= SIM_HOT_LO ||
+				     trand_below(&s->rng, THP_NSUB) == 0;
+	}
+}
+
+/* young at the end of the main window: always */
+static u64 sub_weigh(const struct thp_sim *s, u32 e, u64 weight)
+{
+	return tier_abit_young_weight(weight, true, true, s->sub[e], THP_NSUB);
+}
+
+static void huge_entries_ranked_by_young_rate(void)
+{
+	static struct thp_sim s = {
+		.rng = 5, .srng = 13, .fmem_bytes = 128 * MIB,
+		.draw = sub_draw, .weigh = sub_weigh,
+	};
+	struct thp_sim_out o;
+
+	hrc_default_params(&s.p);
+	s.p.nr_cpus = 2;
+	thp_sim_run(&s, &o);
+	/* per base page sampled: a hot entry weighs >= 4x a cold one */
+	CHECK(o.hot_n && o.cold_n);
+	CHECK(o.hot_w * o.cold_n >= 4 * o.cold_w * o.hot_n);
+	CHECK(o.nr_promo > 0);
+	printf("     %u ranges, %u promoted (%llu MiB), hot set covered %llu of 64 MiB, hottest [%llx, %llx]\n",
+	       o.nr_ranges, o.nr_promo, (unsigned long long)(o.promoted / MIB),
+	       (unsigned long long)(o.covered / MIB),
+	       (unsigned long long)o.first_lo,
+	       (unsigned long long)o.first_hi);
+	CHECK(o.covered * 10 >= 64 * MIB * 9);
+	CHECK(o.first_lo >= SIM_HOT_LO - 32 * MIB && o.first_hi <= SIM_REG_HI);
+}
+
+/*
+ * Time-to-young (the default for huge entries): the weight falls with the
+ * time beyond the cycle's fastest entry, capped at the full weight within
+ * the reference time; the budget, spin, tail, flush rule and histogram.
+ */
+static void tty_weight_falls_with_time(void)
+{
+	u64 ref = 50000, v[8];
+	u32 i;
+
+	CHECK_EQ(tier_abit_tty_weight(5120, 0, 0, ref), 5120);
+	CHECK_EQ(tier_abit_tty_weight(5120, 50000, 0, ref), 5120);
+	CHECK_EQ(tier_abit_tty_weight(5120, 100000, 0, ref), 1280);
+	CHECK_EQ(tier_abit_tty_weight(5120, 1000000, 0, ref), 12);
+	CHECK_EQ(tier_abit_tty_weight(5120, TIER_ABIT_TTY_NONE, 0, ref), 0);
+	/* the floor (a fault every entry pays) is taken off first */
+	CHECK_EQ(tier_abit_tty_weight(5120, 200000, 100000, ref), 1280);
+	CHECK_EQ(tier_abit_tty_weight(5120, 50000, 100000, ref), 5120);
+	CHECK_EQ(tier_abit_tty_weight(5120, 7000, 0, 0), 0);
+	/* strictly decreasing beyond the reference */
+	CHECK(tier_abit_tty_weight(1 << 20, 60000, 0, ref) >
+	      tier_abit_tty_weight(1 << 20, 61000, 0, ref));
+	/* the percentile; "never young" counts as longest */
+	for (i = 0; i < 8; i++)
+		v[i] = (7 - i) * 1000;
+	v[3] = TIER_ABIT_TTY_NONE;
+	CHECK_EQ(tier_abit_tty_quantile(v, 8, 0), 0);
+	CHECK_EQ(tier_abit_tty_quantile(v, 8, 25), 2000);
+	for (i = 1; i < 8; i++)
+		CHECK(v[i - 1] <= v[i]);
+	CHECK_EQ(v[7], TIER_ABIT_TTY_NONE);
+	CHECK_EQ(tier_abit_tty_quantile(v, 8, 100), TIER_ABIT_TTY_NONE);
+	CHECK_EQ(tier_abit_tty_quantile(v, 0, 15), TIER_ABIT_TTY_NONE);
+	/* the reference time: the percentile, else the young ones' median */
+	for (i = 0; i < 8; i++)
+		v[i] = i < 2 ? (i + 1) * 1000 : TIER_ABIT_TTY_NONE;
+	CHECK_EQ(tier_abit_tty_ref_time(v, 8, 15), 2000);
+	CHECK_EQ(tier_abit_tty_ref_time(v, 8, 50), 2000);
+	v[0] = 9000;	/* young: 2000, 9000; the 25th percentile is "never" */
+	CHECK_EQ(tier_abit_tty_ref_time(v, 8, 25), 9000);
+	for (i = 0; i < 8; i++)
+		v[i] = TIER_ABIT_TTY_NONE;
+	CHECK_EQ(tier_abit_tty_ref_time(v, 8, 15), TIER_ABIT_TTY_NONE);
+	for (i = 0; i < 8; i++)
+		v[i] = (8 - i) * 1000;
+	CHECK_EQ(tier_abit_tty_ref_time(v, 8, 25), 3000);
+	/* reference: twice the percentile beyond the floor, averaged */
+	CHECK_EQ(tier_abit_tty_ref_ns(0, 30000, 5000), 50000);
+	CHECK_EQ(tier_abit_tty_ref_ns(50000, 130000, 5000), 100000);
+	CHECK_EQ(tier_abit_tty_ref_ns(50000, TIER_ABIT_TTY_NONE, 0), 50000);
+	CHECK_EQ(tier_abit_tty_ref_ns(0, 100, 100), TIER_ABIT_TTY_REF_MIN_NS);
+	CHECK_EQ(tier_abit_tty_ref_ns(0, 1ULL << 40, 0),
+		 TIER_ABIT_TTY_REF_MAX_NS);
+	/* 2 % of a 500 ms interval: 10 ms, half to spins, half to the tail */
+	CHECK_EQ(tier_abit_tty_budget_us(500, 20), 10000);
+	CHECK_EQ(tier_abit_tty_budget_us(8000, 20), 160000);
+	CHECK_EQ(tier_abit_tty_tail_us(2000, 10000), 2000);
+	CHECK_EQ(tier_abit_tty_tail_us(2000, 1000), 500);
+	/*
+	 * Batches: 5 ms of spins at 0.5 ms a flush + 50 us a spin: 9 of
+	 * them, 318 entries in batches of 36; a cheap flush (hardware): 4;
+	 * no budget: one batch; always at least one entry.
+	 */
+	CHECK_EQ(tier_abit_tty_batch(318, 10000, 500000, 50), 36);
+	CHECK_EQ(tier_abit_tty_batch(318, 10000, 5000, 50), 4);
+	CHECK_EQ(tier_abit_tty_batch(318, 0, 500000, 50), 318);
+	CHECK_EQ(tier_abit_tty_batch(0, 10000, 500000, 50), 1);
+	CHECK_EQ(tier_abit_tty_batch(3, 10000, 0, 0), 1);
+	/* flush after each batch unless told never to */
+	CHECK(!tier_abit_tty_flush(0));
+	CHECK(tier_abit_tty_flush(1));
+	CHECK(tier_abit_tty_flush(2));
+	/* histogram: <1 us, [1,2), [2,4) ... [1024,2048) us, later / none */
+	CHECK_EQ(tier_abit_tty_bucket(999), 0);
+	CHECK_EQ(tier_abit_tty_bucket(1000), 1);
+	CHECK_EQ(tier_abit_tty_bucket(3999), 2);
+	CHECK_EQ(tier_abit_tty_bucket(1500000), 11);
+	CHECK_EQ(tier_abit_tty_bucket(2048000), TIER_ABIT_TTY_HIST - 1);
+	CHECK_EQ(tier_abit_tty_bucket(TIER_ABIT_TTY_NONE),
+		 TIER_ABIT_TTY_HIST - 1);
+}
+
+/*
+ * tiering-gups on THP with time-to-young: a 640 MiB region of 2 MiB
+ * entries, the last 64 MiB hot.  Every entry is young at the end of the
+ * main window, so the old rule ("young once": full weight) sees a flat
+ * density.  Each cycle every entry is cleared once and timed: an
+ * exponential time to its next access (mean @hot_us or @cold_us) plus a
+ * constant @offset_us every entry pays (under shadow paging: the fault
+ * that sets the bit again), cut off at 2 ms.  The weights are
+ * tier_abit_tty_weight() with the cycle's fastest entry as the floor and
+ * the reference the module derives from the cycle's times
+ * (tier_abit_tty_quantile(), tier_abit_tty_ref_ns()); or, with
+ * @old_rule, the full weight.
+ */
+#define TTY_MAX_NS	2000000ULL
+
+/* Exponential-like time (ns) of mean @mean_us: 64 geometric steps. */
+static u64 tty_draw(u64 *rng, u64 mean_us)
+{
+	u64 step = mean_us * 1000 / 64, t = 0;
+
+	while (trand_below(rng, 64) != 0 && t < 2 * TTY_MAX_NS)
+		t += step;
+	return t + trand_below(rng, step ? step : 1);
+}
+
+/* This epoch's time-to-young of every entry, the floor and reference. */
+static void tty_draw_all(struct thp_sim *s)
+{
+	u64 srt[THP_ENTRIES];
+	u32 i;
+
+	s->floor = TIER_ABIT_TTY_NONE;
+	for (i = 0; i < THP_ENTRIES; i++) {
+		u64 a = SIM_REG_LO + ((u64)i << 21);
+		u64 d = tty_draw(&s->rng, a >= SIM_HOT_LO ? s->hot_us :
+							    s->cold_us) +
+			s->offset_us * 1000;
+
+		/* cold_us 0: as measured in the testbed (below) */
+		if (!s->cold_us && a < SIM_HOT_LO)
+			d = trand_below(&s->rng, 100) < 3 ?
+			    128000 + trand_below(&s->rng, 1872000) :
+			    TIER_ABIT_TTY_NONE;
+
+		s->tty[i] = d > TTY_MAX_NS ? TIER_ABIT_TTY_NONE : d;
+		if (s->tty[i] < s->floor)
+			s->floor = s->tty[i];
+	}
+	if (s->floor == TIER_ABIT_TTY_NONE)
+		s->floor = 0;
+	memcpy(srt, s->tty, sizeof(srt));
+	s->ref = tier_abit_tty_ref_ns(s->ref, tier_abit_tty_ref_time(srt,
+				THP_ENTRIES, TIER_ABIT_TTY_REF_PCT), s->floor);
+}
+
+static u64 tty_weigh(const struct thp_sim *s, u32 e, u64 weight)
+{
+	return s->old_rule ?
+	       tier_abit_young_weight(weight, true, true, 0, 0) :
+	       tier_abit_tty_weight(weight, s->tty[e], s->floor, s->ref);
+}
+
+static void tty_sim(u64 hot_us, u64 cold_us, u64 offset_us, bool old_rule,
+		    u64 seed, struct thp_sim_out *o)
+{
+	static struct thp_sim s;
+
+	memset(&s, 0, sizeof(s));
+	s.rng = seed;
+	s.srng = seed + 2;
+	/* FMem as in tiering-gups: ~460 MiB usable */
+	s.fmem_bytes = 460 * MIB;
+	s.draw = tty_draw_all;
+	s.weigh = tty_weigh;
+	s.hot_us = hot_us;
+	s.cold_us = cold_us;
+	s.offset_us = offset_us;
+	s.old_rule = old_rule;
+	hrc_default_params(&s.p);
+	s.p.nr_cpus = 2;
+	s.p.half_split = 1;	/* as the module sets them */
+	s.p.edge_split = 1;
+	thp_sim_run(&s, o);
+}
+
+/*
+ * Is @o the 64 MiB hot set: >= 90 % of it in the promote list, and at
+ * most as much again of the cold part?  (Which range ranks first is not
+ * asked: with 2 MiB entries a single cold entry's lucky draw can top the
+ * list for an epoch; the agent promotes the whole list.)
+ */
+static bool tty_found_hot_set(const struct thp_sim_out *o)
+{
+	return o->nr_promo && o->covered * 10 >= 64 * MIB * 9 &&
+	       o->promoted <= 2 * 64 * MIB;
+}
+
+/*
+ * Over @n draws of the sampling and of the access times: how many found
+ * the hot set with time-to-young, and with the old rule; prints the first.
+ */
+static void tty_runs(const char *what, u64 hot_us, u64 cold_us, u64 off_us,
+		     u32 n, u32 *ok_new, u32 *ok_old)
+{
+	struct thp_sim_out o;
+	u32 i;
+
+	*ok_new = 0;
+	*ok_old = 0;
+	for (i = 0; i < n; i++) {
+		tty_sim(hot_us, cold_us, off_us, false, 21 + 1000 * i, &o);
+		*ok_new += tty_found_hot_set(&o);
+		if (!i)
+			printf("     %s: %u promoted (%llu MiB), hot set covered %llu of 64 MiB, hot/cold weight per page %.1f\n",
+			       what, o.nr_promo,
+			       (unsigned long long)(o.promoted / MIB),
+			       (unsigned long long)(o.covered / MIB),
+			       o.cold_w && o.hot_n ?
+			       (double)o.hot_w * o.cold_n /
+			       ((double)o.cold_w * o.hot_n) : 0.0);
+		tty_sim(hot_us, cold_us, off_us, true, 21 + 1000 * i, &o);
+		*ok_old += tty_found_hot_set(&o);
+	}
+	printf("     %s: hot set found in %u of %u draws (young once: %u)\n",
+	       what, *ok_new, n, *ok_old);
+}
+
+/*
+ * Hot entries young again after ~10 us, cold after ~1 ms: found in (nearly)
+ * every draw; never with the old rule.
+ */
+static void huge_entries_ranked_by_time_to_young(void)
+{
+	u32 ok, old;
+
+	tty_runs("10 us / 1 ms", 10, 1000, 0, 6, &ok, &old);
+	CHECK(ok >= 5);
+	CHECK_EQ(old, 0);
+}
+
+/*
+ * The testbed's shadow-paging L1 as estimated from GUPS' rates (2.7 M
+ * updates/s, half of them on the 32 hot entries): a hot entry touched
+ * every ~25 us, a cold one every ~250 us, and every entry paying a
+ * ~100 us fault before its bit is set again.  The floor takes the common
+ * part off; a 10x rate ratio is a harder contrast than 100x, so most,
+ * not all, draws must find it.
+ */
+static void time_to_young_survives_a_common_delay(void)
+{
+	u32 ok, old;
+
+	tty_runs("25 us / 250 us + 100 us", 25, 250, 100, 6, &ok, &old);
+	CHECK(ok >= 4);
+	CHECK_EQ(old, 0);
+}
+
+/*
+ * As measured in the sixth THP run (README) on the shadow-paging L1
+ * (flush after each batch of clears): a hot entry young again within
+ * 1-16 us, while a cold one was young within 2 ms in only ~3 % of the
+ * measurements, at 0.1-2 ms.  Fewer than 15 % of the entries are young,
+ * so the reference comes from the young ones' median (a few us): a cold
+ * entry that does turn young late weighs (ref / time)^2, next to nothing.
+ */
+static void time_to_young_when_cold_entries_rarely_turn_young(void)
+{
+	u32 ok, old;
+
+	tty_runs("5 us / rarely young", 5, 0, 0, 6, &ok, &old);
+	CHECK(ok >= 5);
+	CHECK_EQ(old, 0);
 }
 
 /* P(an entry touched at @per_mille_us / 1000 per us is young in @us). */
@@ -361,6 +679,44 @@ static void huge_subwindow_finds_contrast(void)
 	CHECK((10 * ph + 90 * pc) <= 100 * 150);
 }
 
+/*
+ * Confirmation across cycles (tier_abit_tty_confirmed()): a huge sample
+ * counts the smaller of its entry's fractions in this check and the
+ * previous one, or this check's when the entry was not measured then.
+ * Keys: huge page number above, fraction below, sorted; the walk goes
+ * forward only.
+ */
+static void huge_entries_confirmed_across_cycles(void)
+{
+	u64 prev[3] = {
+		tier_abit_hkey(0x200000, 1024),		/* page 1 */
+		tier_abit_hkey(0x600000 + 4096, 300),	/* page 3 */
+		tier_abit_hkey(0x800000, 5000),		/* page 4, clamped */
+	};
+	u32 pos = 0;
+
+	CHECK_EQ(prev[2] & ((1U << TIER_ABIT_HKEY_SHIFT) - 1), 1024);
+	/* page 0: not measured before, counts as measured now */
+	CHECK_EQ(tier_abit_tty_confirmed(prev, 3, &pos, 0x1000, 800), 800);
+	/* page 1: fast before, slower now: now */
+	CHECK_EQ(tier_abit_tty_confirmed(prev, 3, &pos, 0x200000, 700), 700);
+	CHECK_EQ(tier_abit_tty_confirmed(prev, 3, &pos, 0x3ff000, 50), 50);
+	/* page 2: not measured before */
+	CHECK_EQ(tier_abit_tty_confirmed(prev, 3, &pos, 0x400000, 900), 900);
+	/* page 3: slow before, fast now (a lucky touch): before */
+	CHECK_EQ(tier_abit_tty_confirmed(prev, 3, &pos, 0x7ff000, 900), 300);
+	CHECK_EQ(tier_abit_tty_confirmed(prev, 3, &pos, 0x900000, 1024), 1024);
+	CHECK_EQ(tier_abit_tty_confirmed(prev, 3, &pos, 0xa00000, 1000), 1000);
+	CHECK_EQ(pos, 3);
+	/* no previous cycle */
+	pos = 0;
+	CHECK_EQ(tier_abit_tty_confirmed(prev, 0, &pos, 0x600000, 1024), 1024);
+	/* a cold entry fast in one cycle of two keeps nothing of it */
+	pos = 0;
+	prev[0] = tier_abit_hkey(0x200000, 0);
+	CHECK_EQ(tier_abit_tty_confirmed(prev, 1, &pos, 0x200000, 1024), 0);
+}
+
 static void backoff_only_while_stable(void)
 {
 	u32 lvl = 0, i;
@@ -399,6 +755,11 @@ const struct hrc_test hrc_abit_plan_tests[] = {
 	HRC_TEST(young_weight_follows_the_rate),
 	HRC_TEST(huge_entries_ranked_by_young_rate),
 	HRC_TEST(huge_subwindow_finds_contrast),
+	HRC_TEST(tty_weight_falls_with_time),
+	HRC_TEST(huge_entries_ranked_by_time_to_young),
+	HRC_TEST(time_to_young_survives_a_common_delay),
+	HRC_TEST(time_to_young_when_cold_entries_rarely_turn_young),
+	HRC_TEST(huge_entries_confirmed_across_cycles),
 	HRC_TEST(backoff_only_while_stable),
 };
 const unsigned int hrc_nr_abit_plan_tests =

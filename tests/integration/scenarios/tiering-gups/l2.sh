@@ -50,6 +50,9 @@ ABIT_FLUSH=
 # MADV_HUGEPAGE), as Debian's 6.12 default; else 4 KiB pages only.
 THP=0
 GUPS_THP=""
+# tb.tier_ratio=R: a hot byte is R times as likely to be updated as a
+# cold one (gups-hotset -r)
+RATIO=10
 # shellcheck disable=SC2013 # words, not lines
 for arg in $(cat /proc/cmdline); do
     case $arg in
@@ -63,10 +66,12 @@ for arg in $(cat /proc/cmdline); do
     tb.tier_min_ratio_pct=*) MIN_RATIO_PCT=${arg#*=} ;;
     tb.tier_abit_flush=*) ABIT_FLUSH=${arg#*=} ;;
     tb.tier_thp=*) THP=${arg#*=} ;;
+    tb.tier_ratio=*) RATIO=${arg#*=} ;;
     esac
 done
 tb_fact region_mb "$REGION_MB"
 tb_fact hot_mb "$HOT_MB"
+tb_fact ratio "$RATIO"
 tb_fact run_s "$RUN_S"
 tb_fact cpu_pct_budget "$CPU_PCT"
 tb_fact node0_memtotal_kb "$(tb_node_memtotal_kb 0)"
@@ -75,6 +80,12 @@ if [ "$THP" = 1 ]; then
     GUPS_THP=-T
 fi
 tb_fact_str thp "$(cat /sys/kernel/mm/transparent_hugepage/enabled)"
+# The user-sampler step opens and closes software page-fault perf events
+# while GUPS faults on the other vCPU: without an event held open from
+# here on, each first open and last close live-patches the page-fault
+# path, which nested TCG races (tests/integration/guest/tb-perf-hold.c).
+tb_bg_start PH tb-perf-hold
+tb_wait_line "$PH_OUT" '^perf-hold:' 10 || tb_fail perf-hold-started "$(cat "$PH_OUT")"
 
 # json_field FILE-LINE KEY: numeric field of a one-line JSON object
 json_num() { printf '%s\n' "$1" | sed -n "s/.*\"$2\":\(-\{0,1\}[0-9.]*\).*/\1/p"; }
@@ -98,7 +109,7 @@ run_phase() {
     p_out=/tmp/gups-$p_name.out
     rm -f "$p_out"
     # shellcheck disable=SC2086 # GUPS_THP, GUPS_PHASE_OPTS: one word or none
-    "$GUPS" -s "$REGION_MB" -H "$HOT_MB" -r 10 -t "$p_secs" -i 1000 -f 0 $GUPS_THP ${GUPS_PHASE_OPTS:-} >"$p_out" 2>&1 &
+    "$GUPS" -s "$REGION_MB" -H "$HOT_MB" -r "$RATIO" -t "$p_secs" -i 1000 -f 0 $GUPS_THP ${GUPS_PHASE_OPTS:-} >"$p_out" 2>&1 &
     p_pid=$!
     # The first phase's GUPS touches 640 MiB of L2 memory that L1 (under
     # TCG) backs for the first time: 120 s was too short on a busy host
@@ -142,7 +153,7 @@ echo false >/sys/kernel/mm/numa/demotion_enabled 2>/dev/null
 # phase, 1.4 in the next with the same program): without it the no-tiering
 # baseline is taken on colder memory than the phases it is compared with.
 if phase_on none; then
-    timeout $((BASE_S + 240)) "$GUPS" -s "$REGION_MB" -H "$HOT_MB" -r 10 -t "$BASE_S" -i 1000 -f 0 $GUPS_THP >/tmp/gups-warm.out 2>&1 ||
+    timeout $((BASE_S + 240)) "$GUPS" -s "$REGION_MB" -H "$HOT_MB" -r "$RATIO" -t "$BASE_S" -i 1000 -f 0 $GUPS_THP >/tmp/gups-warm.out 2>&1 ||
         tb_fail warm-up-gups "rc $?: $(tail -n 2 /tmp/gups-warm.out)"
     tb_fact warm_mups_series "[$(sed -n 's/.*"gups":"tick".*"mups":\([0-9.]*\).*/\1/p' /tmp/gups-warm.out | tr '\n' ',' | sed 's/,$//')]"
 fi
@@ -676,6 +687,7 @@ kill "$us_pid" 2>/dev/null
 wait "$us_pid" 2>/dev/null
 tb_check us-rmmod rmmod tiering
 fi
+tb_bg_stop "$PH_PID"
 # kernel messages since the module was loaded
 dmesg | tail -n +$((dmesg_lines + 1)) >/tmp/dmesg-new
 if grep -qE 'BUG:|Oops|WARNING:|general protection|refcount_t|list_(add|del) corruption' /tmp/dmesg-new; then
