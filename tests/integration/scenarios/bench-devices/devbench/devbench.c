@@ -228,40 +228,75 @@ static void tcp_failed(const struct worker *w)
 		tcp_state(w, strerror(w->err));
 }
 
+/* Blocking calls on s give up after STALL_S seconds without progress:
+ * reads always, writes (connect included) too when sending is set. */
+static int set_stall(int s, int sending)
+{
+	struct timeval stall = { .tv_sec = STALL_S };
+
+	return (sending && setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &stall, sizeof(stall))) ||
+	       setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &stall, sizeof(stall));
+}
+
+/*
+ * One stream, either direction (w->receiving): the sender connects to the
+ * receiver, writes w->bytes, shuts its side down and waits for the
+ * receiver's close; the receiver accepts on w->lsock, reads w->bytes and
+ * closes.
+ */
 static void *tcp_worker(void *arg)
 {
 	struct worker *w = arg;
-	static char chunk[NET_CHUNK];
-	struct timeval stall = { .tv_sec = STALL_S };
+	/* Written from (zeros) or read into: one direction per run. */
+	static char buf[NET_CHUNK];
 	uint64_t left = w->bytes;
-	char sink[512];
 	ssize_t n;
-	int s;
+	int s = -1;
 
 	pin(w->index);
-	s = socket(AF_INET, SOCK_STREAM, 0);
-	/* Every blocking call below (connect included) gives up after STALL_S
-	 * seconds without progress. */
-	if (s < 0 || setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &stall, sizeof(stall)) ||
-	    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &stall, sizeof(stall))) {
-		w->err = errno;
-		pthread_barrier_wait(&start_line);
-		goto out;
+	if (!w->receiving) {
+		s = socket(AF_INET, SOCK_STREAM, 0);
+		if (s < 0 || set_stall(s, 1)) {
+			w->err = errno;
+			pthread_barrier_wait(&start_line);
+			goto out;
+		}
+		__atomic_store_n(&w->sock, s, __ATOMIC_RELAXED);
 	}
-	__atomic_store_n(&w->sock, s, __ATOMIC_RELAXED);
 	pthread_barrier_wait(&start_line);
-	set_phase(w, PH_CONNECT);
-	if (connect(s, (struct sockaddr *)&w->addr, sizeof(w->addr))) {
-		w->err = errno;
-		goto fail;
+	if (w->receiving) {
+		set_phase(w, PH_ACCEPT);
+		/* accept() gives up after the listener's SO_RCVTIMEO (STALL_S). */
+		s = accept(w->lsock, NULL, NULL);
+		if (s < 0) {
+			w->err = errno;
+			goto fail;
+		}
+		w->first_ms = now_ms();
+		__atomic_store_n(&w->sock, s, __ATOMIC_RELAXED);
+		if (set_stall(s, 0)) {
+			w->err = errno;
+			goto fail;
+		}
+	} else {
+		set_phase(w, PH_CONNECT);
+		if (connect(s, (struct sockaddr *)&w->addr, sizeof(w->addr))) {
+			w->err = errno;
+			goto fail;
+		}
 	}
-	set_phase(w, PH_SEND);
+	set_phase(w, w->receiving ? PH_RECV : PH_SEND);
 	while (left) {
 		size_t len = left < NET_CHUNK ? left : NET_CHUNK;
 
-		n = write(s, chunk, len);
+		n = w->receiving ? read(s, buf, len) : write(s, buf, len);
 		if (n < 0 && errno == EINTR)
 			continue;
+		if (n == 0 && w->receiving) {
+			w->err = ECONNABORTED;
+			tcp_state(w, "the sender closed the connection early");
+			goto out;
+		}
 		if (n <= 0) {
 			w->err = n < 0 ? errno : EIO;
 			goto fail;
@@ -269,69 +304,18 @@ static void *tcp_worker(void *arg)
 		left -= n;
 		store64(&w->sent, w->bytes - left);
 	}
-	shutdown(s, SHUT_WR);
-	set_phase(w, PH_WAIT_CLOSE);
-	/* The receiver closes once it has read everything. */
-	while ((n = read(s, sink, sizeof(sink))) != 0) {
-		if (n < 0 && errno != EINTR) {
-			w->err = errno;
-			goto fail;
-		}
-	}
-	set_phase(w, PH_DONE);
-	w->ops = w->bytes;
-	w->done_ms = now_ms();
-	goto out;
-fail:
-	tcp_failed(w);
-out:
-	__atomic_store_n(&w->sock, -1, __ATOMIC_RELAXED);
-	if (s >= 0)
-		close(s);
-	worker_finished();
-	return NULL;
-}
+	if (!w->receiving) {
+		char sink[512];
 
-static void *tcp_recv_worker(void *arg)
-{
-	struct worker *w = arg;
-	static char sink[NET_CHUNK];
-	struct timeval stall = { .tv_sec = STALL_S };
-	uint64_t left = w->bytes;
-	ssize_t n;
-	int s;
-
-	pin(w->index);
-	pthread_barrier_wait(&start_line);
-	set_phase(w, PH_ACCEPT);
-	/* accept() gives up after the listener's SO_RCVTIMEO (STALL_S). */
-	s = accept(w->lsock, NULL, NULL);
-	if (s < 0) {
-		w->err = errno;
-		goto fail;
-	}
-	w->first_ms = now_ms();
-	__atomic_store_n(&w->sock, s, __ATOMIC_RELAXED);
-	if (setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &stall, sizeof(stall))) {
-		w->err = errno;
-		goto fail;
-	}
-	set_phase(w, PH_RECV);
-	while (left) {
-		n = read(s, sink, left < NET_CHUNK ? left : NET_CHUNK);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			w->err = errno;
-			goto fail;
+		shutdown(s, SHUT_WR);
+		set_phase(w, PH_WAIT_CLOSE);
+		/* The receiver closes once it has read everything. */
+		while ((n = read(s, sink, sizeof(sink))) != 0) {
+			if (n < 0 && errno != EINTR) {
+				w->err = errno;
+				goto fail;
+			}
 		}
-		if (n == 0) {
-			w->err = ECONNABORTED;
-			tcp_state(w, "the sender closed the connection early");
-			goto out;
-		}
-		left -= n;
-		store64(&w->sent, w->bytes - left);
 	}
 	w->done_ms = now_ms();
 	set_phase(w, PH_DONE);
@@ -479,29 +463,47 @@ static int disk(int argc, char **argv)
 	return 0;
 }
 
+/*
+ * Sets up the streams of either direction from PORT BYTES STREAMS [LIMIT]
+ * (args, nargs of them, 3 or more): stream i gets PORT + i, BYTES and the
+ * direction. Returns the number of streams, with the limit in *limit, or
+ * -1 (said on stderr) for a bad port, byte count or limit.
+ */
+static int tcp_streams(struct worker *w, char **args, int nargs, int receiving, int *limit)
+{
+	int port = atoi(args[0]), n, i;
+	uint64_t bytes = strtoull(args[1], NULL, 0);
+
+	n = threads_arg(args[2]);
+	*limit = nargs >= 4 ? atoi(args[3]) : TCP_LIMIT_S;
+	if (port < 1 || port + n > 65536 || !bytes || *limit < 1) {
+		fprintf(stderr, "devbench: bad port, byte count or limit\n");
+		return -1;
+	}
+	for (i = 0; i < n; i++) {
+		w[i].index = i;
+		w[i].bytes = bytes;
+		w[i].receiving = receiving;
+		w[i].addr.sin_family = AF_INET;
+		w[i].addr.sin_port = htons(port + i);
+	}
+	return n;
+}
+
 static int tcp(int argc, char **argv)
 {
 	static struct worker w[MAX_THREADS];
-	uint64_t bytes, end = 0, total = 0;
-	int port, n, i, err, limit;
+	uint64_t end = 0, total = 0;
+	int n, i, err, limit;
 
 	if (argc != 6 && argc != 7) {
 		fprintf(stderr, "usage: devbench tcp IP PORT BYTES STREAMS [LIMIT]\n");
 		return 2;
 	}
-	port = atoi(argv[3]);
-	bytes = strtoull(argv[4], NULL, 0);
-	n = threads_arg(argv[5]);
-	limit = argc == 7 ? atoi(argv[6]) : TCP_LIMIT_S;
-	if (port < 1 || port + n > 65536 || !bytes || limit < 1) {
-		fprintf(stderr, "devbench: bad port, byte count or limit\n");
+	n = tcp_streams(w, argv + 3, argc - 3, 0, &limit);
+	if (n < 0)
 		return 2;
-	}
 	for (i = 0; i < n; i++) {
-		w[i].index = i;
-		w[i].bytes = bytes;
-		w[i].addr.sin_family = AF_INET;
-		w[i].addr.sin_port = htons(port + i);
 		if (inet_pton(AF_INET, argv[2], &w[i].addr.sin_addr) != 1) {
 			fprintf(stderr, "devbench: bad address %s\n", argv[2]);
 			return 2;
@@ -525,44 +527,33 @@ static int tcp(int argc, char **argv)
 static int tcprecv(int argc, char **argv)
 {
 	static struct worker w[MAX_THREADS];
-	struct timeval stall = { .tv_sec = STALL_S };
-	uint64_t bytes, begin = UINT64_MAX, end = 0, total = 0, listen_ms;
-	int port, n, i, err, limit, one = 1;
+	uint64_t begin = UINT64_MAX, end = 0, total = 0, listen_ms;
+	int n, i, err, limit, one = 1;
 
 	if (argc < 5 || argc > 7) {
 		fprintf(stderr, "usage: devbench tcprecv PORT BYTES STREAMS [LIMIT [READY]]\n");
 		return 2;
 	}
-	port = atoi(argv[2]);
-	bytes = strtoull(argv[3], NULL, 0);
-	n = threads_arg(argv[4]);
-	limit = argc >= 6 ? atoi(argv[5]) : TCP_LIMIT_S;
-	if (port < 1 || port + n > 65536 || !bytes || limit < 1) {
-		fprintf(stderr, "devbench: bad port, byte count or limit\n");
+	n = tcp_streams(w, argv + 2, argc - 2, 1, &limit);
+	if (n < 0)
 		return 2;
-	}
 	for (i = 0; i < n; i++) {
-		w[i].index = i;
-		w[i].bytes = bytes;
-		w[i].receiving = 1;
-		w[i].addr.sin_family = AF_INET;
-		w[i].addr.sin_port = htons(port + i);
 		w[i].addr.sin_addr.s_addr = htonl(INADDR_ANY);
 		w[i].lsock = socket(AF_INET, SOCK_STREAM, 0);
 		if (w[i].lsock < 0 ||
 		    setsockopt(w[i].lsock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
-		    setsockopt(w[i].lsock, SOL_SOCKET, SO_RCVTIMEO, &stall, sizeof(stall)) ||
+		    set_stall(w[i].lsock, 0) ||
 		    bind(w[i].lsock, (struct sockaddr *)&w[i].addr, sizeof(w[i].addr)) ||
 		    listen(w[i].lsock, 1)) {
-			fprintf(stderr, "devbench: listening on port %d: %s\n", port + i,
-				strerror(errno));
+			fprintf(stderr, "devbench: listening on port %d: %s\n",
+				ntohs(w[i].addr.sin_port), strerror(errno));
 			return 1;
 		}
 	}
 	listen_ms = now_ms();
 	if (argc == 7)
 		fprintf(stderr, "%s\n", argv[6]);
-	err = run(w, n, tcp_recv_worker, now_ms() + (uint64_t)limit * 1000, tcp_report);
+	err = run(w, n, tcp_worker, now_ms() + (uint64_t)limit * 1000, tcp_report);
 	if (err) {
 		fprintf(stderr, "devbench: tcprecv: %s\n", strerror(err));
 		return 1;
