@@ -164,6 +164,8 @@ fi
 pkgs=(busybox-static cpio xz-utils zstd kmod gcc libc6-dev linux-image-6.12-amd64)
 pkgs+=(memcached) # the mtat-colo scenario's LC service (l2-tools)
 pkgs+=(pciutils)  # lspci in the virtio-pci scenario's guest (l2-tools)
+# vmmload-kvm's real-program suite (l1-tools; the rest are in a base install)
+pkgs+=(pigz bzip2 sqlite3 jq git openssl perl mawk zstd)
 if [[ $MODE != direct ]]; then pkgs+=(qemu-system-x86); fi
 if [[ $MODE == nested ]]; then pkgs+=(numactl linux-headers-6.12-amd64); fi
 tb_ensure_packages "${pkgs[@]}"
