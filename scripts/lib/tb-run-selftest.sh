@@ -2,7 +2,7 @@
 # Self-test of the testbed harness's crash accounting (scripts/lib/tb-run.sh)
 # without QEMU: L1 boots are replaced by a stub that replays a script of
 # scenario outcomes. Checks that a guest triple fault, a guest kernel panic
-# or a VMM crash is kept as evidence, re-run once, reported with a CRASH
+# or hang, or a VMM crash is kept as evidence, re-run once, reported with a CRASH
 # line and a crash rate, and fails the run when the same scenario crashes twice; and that
 # after an L1-level failure the next boot runs the interrupted scenario last.
 set -uo pipefail
@@ -56,6 +56,10 @@ tb_boot_l1() { # the stub: one "L1 boot" replaying OUTCOMES
             TB_RESULT[$s]=FAIL
             echo "FAIL: l2-no-crash - panic at serial.log line 982: Oops: int3: 0000 [#1] PREEMPT SMP NOPTI | RIP: 0010:do_user_addr_fault+0xcf/0x6a0 | Comm: exe (l2-crash.txt); VMM stopped" >"$RUN_DIR/$s/output.log"
             ;;
+        hang)
+            TB_RESULT[$s]=FAIL
+            echo "FAIL: l2-no-hang - no console answer within 30 s after e-final stalled; L2 exits in 2 s: 812 reason hlt rip 0xffffffff81a0b2cf default_idle+0xf (vmm-diag-hang.txt); VMM stopped" >"$RUN_DIR/$s/output.log"
+            ;;
         seccomp)
             TB_RESULT[$s]=FAIL
             echo "cloud-hypervisor: seccomp: a vcpu thread made a forbidden syscall 257 (run with --seccomp log to find every one)" >"$RUN_DIR/$s/vmm.stderr"
@@ -108,6 +112,13 @@ run_case
 check "one panic then a pass exits 0" test "$rc" -eq 0
 check "CRASH line names the panic" grep -q '^CRASH b  *1 of 2 runs crashed: boot 1: guest kernel panic at serial.log line 982: Oops: int3' <<<"$out"
 check "panic evidence kept" test -f "$RUN_DIR/b.boot1/output.log"
+
+# 3b. a guest that stopped answering (lib/l1.sh reports l2-no-hang), then a pass.
+OUTCOMES=([1:a]=hang)
+run_case
+check "one hang then a pass exits 0" test "$rc" -eq 0
+check "CRASH line names the hang" grep -q '^CRASH a  *1 of 2 runs crashed: boot 1: guest hang: no console answer within 30 s after e-final stalled; L2 exits' <<<"$out"
+check "hang evidence kept" test -f "$RUN_DIR/a.boot1/output.log"
 
 # 4. a plain failure is not a crash and is not re-run.
 OUTCOMES=([1:b]=fail)

@@ -373,8 +373,9 @@ tb_boot_l1() {
 }
 
 # Crashes are evidence, never retried away. A scenario that FAILed with
-# the L2 guest triple-faulting, its kernel panicking (l2-no-crash) or the
-# VMM crashing (a panic, a fatal signal, a seccomp denial) is a crash: its output is kept in
+# the L2 guest triple-faulting, its kernel panicking (l2-no-crash) or
+# hanging (l2-no-hang), or the VMM crashing (a panic, a fatal signal, a
+# seccomp denial) is a crash: its output is kept in
 # <run>/<scenario>.boot<N> (serial log, VMM stderr with the registers,
 # the scenario's own log up to the failing step), the summary lists it
 # with a CRASH line, and it is run once more in another L1 boot, because
@@ -399,6 +400,9 @@ tb_crash_kind() { # SCENARIO: prints the kind of crash its output shows, if any
     elif grep -qs '^FAIL: l2-no-crash - ' "$d/output.log"; then
         # the guest kernel panicked or rebooted (tb_l2_crash, lib/l1.sh)
         echo "guest kernel $(grep -hs '^FAIL: l2-no-crash - ' "$d/output.log" | head -n 1 | cut -c21-180)"
+    elif grep -qs '^FAIL: l2-no-hang - ' "$d/output.log"; then
+        # the guest stopped answering (tb_l2_hang, lib/l1.sh)
+        echo "guest hang: $(grep -hs '^FAIL: l2-no-hang - ' "$d/output.log" | head -n 1 | cut -c20-220)"
     fi
 }
 tb_find_guest_crashes() { # ATTEMPT SCENARIO...: sets TB_CRASHED
@@ -672,7 +676,7 @@ tb_summary() {
     if [[ $MODE == nested ]]; then
         printf 'L1 boots: %d' "$TB_L1_BOOTS"
         if ((${#TB_GUEST_CRASHES[@]})); then
-            printf '; CRASHES (guest triple fault, guest kernel panic or VMM crash): %s' "${TB_GUEST_CRASHES[*]}"
+            printf '; CRASHES (guest triple fault, kernel panic or hang, or VMM crash): %s' "${TB_GUEST_CRASHES[*]}"
         fi
         if ((${#TB_L1_FAILS[@]})); then
             printf '; L1-LEVEL FAILURES:\n'

@@ -51,10 +51,11 @@ stop_if_vmm_died() {
 # gm TAG: ask the guest for its nodes' free memory; sets N0, N1 (kB), BF, BS (pages)
 gm() {
     stop_if_vmm_died "measure-$1"
-    if ! _l=$(tb_vmm_ask "m $1" "@@BAL M $1 "); then
+    if ! _l=$(tb_vmm_ask "m $1" "@@BAL M $1 " 30); then
         tb_fail "measure-$1" "no answer from the guest"
-        N0=0 N1=0 BF=0 BS=0
-        return 1
+        # a crash is reported by tb_vmm_wait_line, which stops the VMM
+        tb_vmm_alive && tb_l2_hang "no answer to 'm $1' within 30 s"
+        tb_finish
     fi
     N0=$(echo "$_l" | sed -n 's/.* n0=\([0-9]*\).*/\1/p')
     N1=$(echo "$_l" | sed -n 's/.* n1=\([0-9]*\).*/\1/p')
@@ -79,7 +80,45 @@ resize_to() {
         tb_pass "$1-reached" "[$2M,$3M] after $(($(tb_now_ms) - _t0)) ms"
         return 0
     fi
-    tb_fail "$1-reached" "actual [$(tb_balloon_field fmem actual),$(tb_balloon_field smem actual)] after $4 s"
+    tb_fail "$1-reached" "actual [$(tb_balloon_field fmem actual),$(tb_balloon_field smem actual)] after $4 s; $(stall_evidence "$1")"
+    guest_answers "$1" && return 1
+    # A hung guest: every later step would only wait out its timeout (the
+    # run's budget with it), so the scenario ends here.
+    tb_finish
+}
+
+# bal_counters: the balloon device's page and statistics counters, as
+# "inflated fmem/smem, deflated fmem/smem, stats updates".
+bal_counters() {
+    tb_chr counters 2>/dev/null | tr -d ' \n' | sed -n 's/.*"__balloon":{\([^}]*\)}.*/\1/p' |
+        awk -F, '{ for (i = 1; i <= NF; i++) { split($i, kv, ":"); gsub(/"/, "", kv[1]); v[kv[1]] = kv[2] } }
+            END { printf "inflated %s/%s deflated %s/%s stats %s", v["fmem_inflated_pages"], v["smem_inflated_pages"],
+                v["fmem_deflated_pages"], v["smem_deflated_pages"], v["stats_updates"] }'
+}
+
+# stall_evidence NAME: why a resize did not finish, in one line for the
+# summary (CI keeps only that): what the device saw move while the VMM's
+# threads and the L2's exits are sampled (vmm-diag-NAME.txt), how many
+# exits the L2 made in those 2 s (none: its vCPUs do not run), and the
+# VMM threads not asleep.
+stall_evidence() {
+    _c0=$(bal_counters)
+    tb_vmm_diag "$TB_OUT/vmm-diag-$1.txt" >&2
+    _c1=$(bal_counters)
+    _x=$(awk '/^## kvm_exit/ { on = 1; next } on && /^#/ { exit } on { n += $1 } END { print n + 0 }' \
+        "$TB_OUT/vmm-diag-$1.txt" 2>/dev/null)
+    _busy=$(sed -n 's/^## tid [0-9]* \(.*\) state=\([^S]\) wchan=\(.*\)/\1:\2:\3/p' "$TB_OUT/vmm-diag-$1.txt" 2>/dev/null |
+        tr '\n' ' ')
+    echo "device counters $_c0 -> $_c1 over the diagnostics; L2 exits in 2 s (20 most frequent sites): ${_x:-?}; VMM threads not sleeping: ${_busy:-none}"
+}
+
+# guest_answers NAME: does the guest's console loop still answer?
+guest_answers() {
+    if tb_vmm_ask "m $1-probe" "@@BAL M $1-probe " 30 >/dev/null; then
+        tb_log "$1: the guest still answers on its console"
+        return 0
+    fi
+    tb_vmm_alive && tb_l2_hang "no console answer within 30 s after $1 stalled"
     return 1
 }
 
