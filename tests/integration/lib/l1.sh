@@ -110,8 +110,15 @@ tb_l2_crash_report() {
     [ -z "${_tb_crash_reported:-}" ] || return 0
     _tb_crash_reported=1
     _tb_at=${TB_L2_CRASH#* }
-    tr -d '\r' <"$TB_VMM_SERIAL" | awk -v a="$((_tb_at - 60))" -v b="$((_tb_at + 40))" \
-        'NR >= a && NR <= b' >"$TB_OUT/l2-crash.txt"
+    # From 20 lines before the first report within 400 lines of the sign
+    # (a recursive fault prints dozens of frames between the oops and the
+    # panic), else 60 lines before it, to 40 lines after.
+    tr -d '\r' <"$TB_VMM_SERIAL" | awk -v at="$_tb_at" '
+        NR > at - 400 && NR <= at && !first && /Oops|BUG:|general protection|double fault/ { first = NR }
+        { line[NR] = $0 }
+        NR >= at + 40 { exit }
+        END { a = first ? first - 20 : at - 60; for (i = (a > 1 ? a : 1); i <= NR; i++) print line[i] }' \
+        >"$TB_OUT/l2-crash.txt"
     tb_log "L2 crashed (${TB_L2_CRASH%% *} at ${TB_VMM_SERIAL##*/} line $_tb_at); L2 console around it:"
     sed 's/^/L2| /' "$TB_OUT/l2-crash.txt"
     _tb_cr=$(awk '
