@@ -102,6 +102,14 @@ mod tests {
         dev
     }
 
+    /// A route attached to a fresh UART, as at a boot.
+    fn attached() -> (SerialInputRoute, Arc<Mutex<SerialDevice>>) {
+        let route = SerialInputRoute::default();
+        let dev = uart();
+        route.attach(&dev);
+        (route, dev)
+    }
+
     /// A reader thread forwarding `bytes` through `route`, as stdin's.
     fn reader(route: &SerialInputRoute, bytes: &[u8]) -> std::thread::JoinHandle<()> {
         let route = route.clone();
@@ -122,9 +130,7 @@ mod tests {
 
     #[test]
     fn input_after_a_reboot_reaches_the_new_uart() {
-        let route = SerialInputRoute::default();
-        let first = uart();
-        route.attach(&first);
+        let (route, first) = attached();
         forward(&b"boot1\n"[..], &route);
         assert_eq!(drain(&first, 6), b"boot1\n");
         // The reboot: the old VM's UART is dropped, a new one attached.
@@ -137,9 +143,7 @@ mod tests {
 
     #[test]
     fn input_while_no_vm_runs_waits_for_the_next_boot() {
-        let route = SerialInputRoute::default();
-        let first = uart();
-        route.attach(&first);
+        let (route, first) = attached();
         drop(first);
         let typed = reader(&route, b"typed early\n");
         // The reader cannot deliver yet; the next boot's UART gets it all.
@@ -151,9 +155,7 @@ mod tests {
 
     #[test]
     fn a_full_fifo_is_retried_not_dropped() {
-        let route = SerialInputRoute::default();
-        let dev = uart();
-        route.attach(&dev);
+        let (route, dev) = attached();
         let input: Vec<u8> = (0..200u8).collect();
         let feed = reader(&route, &input);
         let mut got = Vec::new();

@@ -15,7 +15,7 @@
 #                               TB_L2_SINGLE_BOOT=1; reported as l2-no-crash
 #                               with the evidence, and the VMM stopped)
 #   tb_vmm_send TEXT            write TEXT + newline to the guest console
-#   tb_l2_hang WHAT             the guest stopped doing WHAT: l2-no-hang
+#   tb_l2_hang WHAT [DIAG]      the guest stopped doing WHAT: l2-no-hang
 #                               with its vCPUs' exits, VMM stopped (a crash
 #                               for the harness)
 #   tb_vmm_wait_exit SECS       wait for the VMM to exit (TERM then KILL on
@@ -291,19 +291,29 @@ _tb_name_guest_rips() {
     ' /proc/kallsyms -
 }
 
-# tb_l2_hang WHAT: the guest stopped doing WHAT (answering on its console,
-# moving its balloon): fail "l2-no-hang" with where its vCPUs run (the
-# kvm_exit sample of tb_vmm_diag, vmm-diag-hang.txt; "no exits" when they
-# do not run at all) and stop the VMM. The harness counts it as a crash
-# (evidence kept, a CRASH line, one re-run: scripts/lib/tb-run.sh); the
-# scenario should end after it, as every later step would only time out.
+# tb_diag_exit_sites FILE N: the N most frequent L2 exit sites of a
+# tb_vmm_diag FILE on one line ("no exits" when the L2's vCPUs did not run
+# during its 2 s sample).
+tb_diag_exit_sites() {
+    awk -v n="$2" '/^## kvm_exit/ { on = 1; next } on && /^#/ { exit }
+        on && k < n { sub(/^ +/, ""); out = out (k++ ? "; " : "") $0 }
+        END { print (k ? out : "no exits") }' "$1" 2>/dev/null
+}
+
+# tb_l2_hang WHAT [DIAG]: the guest stopped doing WHAT (answering on its
+# console, moving its balloon): fail "l2-no-hang" with where its vCPUs run
+# (the kvm_exit sample of tb_vmm_diag: DIAG if the scenario just took one,
+# else a fresh vmm-diag-hang.txt) and stop the VMM. The harness counts it
+# as a crash (evidence kept, a CRASH line, one re-run:
+# scripts/lib/tb-run.sh); the scenario should end after it, as every later
+# step would only time out.
 tb_l2_hang() {
-    _tb_hd=$TB_OUT/vmm-diag-hang.txt
-    tb_vmm_diag "$_tb_hd" >&2
-    _tb_top=$(awk '/^## kvm_exit/ { on = 1; next } on && /^#/ { exit }
-        on && n < 3 { sub(/^ +/, ""); out = out (n++ ? "; " : "") $0 }
-        END { print (n ? out : "no exits") }' "$_tb_hd" 2>/dev/null)
-    tb_fail l2-no-hang "$1; L2 exits in 2 s: ${_tb_top:-no sample} (${_tb_hd##*/}); VMM stopped"
+    _tb_hd=${2:-}
+    if [ ! -f "$_tb_hd" ]; then
+        _tb_hd=$TB_OUT/vmm-diag-hang.txt
+        tb_vmm_diag "$_tb_hd" >&2
+    fi
+    tb_fail l2-no-hang "$1; L2 exits in 2 s: $(tb_diag_exit_sites "$_tb_hd" 3) (${_tb_hd##*/}); VMM stopped"
     tb_vmm_stop
 }
 

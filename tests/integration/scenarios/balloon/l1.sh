@@ -98,18 +98,15 @@ bal_counters() {
 
 # stall_evidence NAME: why a resize did not finish, in one line for the
 # summary (CI keeps only that): what the device saw move while the VMM's
-# threads and the L2's exits are sampled (vmm-diag-NAME.txt), how many
-# exits the L2 made in those 2 s (none: its vCPUs do not run), and the
-# VMM threads not asleep.
+# threads and the L2's exits are sampled (vmm-diag-NAME.txt), where the
+# L2's vCPUs ran in those 2 s, and the VMM threads not asleep.
 stall_evidence() {
     _c0=$(bal_counters)
     tb_vmm_diag "$TB_OUT/vmm-diag-$1.txt" >&2
     _c1=$(bal_counters)
-    _x=$(awk '/^## kvm_exit/ { on = 1; next } on && /^#/ { exit } on { n += $1 } END { print n + 0 }' \
-        "$TB_OUT/vmm-diag-$1.txt" 2>/dev/null)
     _busy=$(sed -n 's/^## tid [0-9]* \(.*\) state=\([^S]\) wchan=\(.*\)/\1:\2:\3/p' "$TB_OUT/vmm-diag-$1.txt" 2>/dev/null |
         tr '\n' ' ')
-    echo "device counters $_c0 -> $_c1 over the diagnostics; L2 exits in 2 s (20 most frequent sites): ${_x:-?}; VMM threads not sleeping: ${_busy:-none}"
+    echo "device counters $_c0 -> $_c1 over the diagnostics; L2 exits in 2 s: $(tb_diag_exit_sites "$TB_OUT/vmm-diag-$1.txt" 3); VMM threads not sleeping: ${_busy:-none}"
 }
 
 # guest_answers NAME: does the guest's console loop still answer?
@@ -118,7 +115,7 @@ guest_answers() {
         tb_log "$1: the guest still answers on its console"
         return 0
     fi
-    tb_vmm_alive && tb_l2_hang "no console answer within 30 s after $1 stalled"
+    tb_vmm_alive && tb_l2_hang "no console answer within 30 s after $1 stalled" "$TB_OUT/vmm-diag-$1.txt"
     return 1
 }
 
