@@ -20,6 +20,7 @@
 #include "range_classifier.h"
 #include "tier_sample.h"
 #include "tier_abit_plan.h"
+#include "tier_abit_rate.h"
 
 #define TIER_MAX_TARGETS	64
 #define TIER_SEL_MAX		128	/* promote/demote intervals published */
@@ -76,16 +77,16 @@ struct tier_target {
 	/* huge entries: time-to-young (tier_abit_plan.h, tier_abit.c) */
 	u32 huge_slice_us;	/* spin after a clear, adapted */
 	u64 abit_huge_in_slice;	/* last arming: leads young within it */
-	u64 huge_tty_floor_ns;	/* last arming: fastest time-to-young */
-	u64 huge_tty_ref_ns;	/* reference time, averaged over armings */
+	u64 huge_tty_floor_ns;	/* last arming: fastest timed (not early) */
+	u64 huge_rate_ref_ns;	/* last check: hottest entries' mean time */
 	u64 nr_huge_flushes;	/* flushes after batches of clears */
 	u64 huge_flush_ns;	/* cost of one, averaged */
 	u64 huge_tty_hist[TIER_ABIT_TTY_HIST];	/* cumulative, log2 us */
 	u16 *abit_pend;		/* arming: huge leads being polled */
 	u64 *abit_ttys;		/* arming: their times (percentile) */
-	/* huge entries measured in the last / this check (tier_abit_hkey()) */
-	u64 *abit_hprev, *abit_hcur;
-	u32 abit_nhprev;
+	/* huge entries' rate history, by page (tier_abit_rate.h) */
+	struct tier_rate_stats *abit_rprev, *abit_rcur;
+	u32 abit_nrprev;
 	struct tier_abit_sample *abit_samp;	/* armed sample pages */
 	u32 abit_nsamp, abit_cap;
 	u64 abit_rng;
@@ -192,6 +193,8 @@ unsigned long dmb_node_ballooned_managed_pages(int nid);
 
 /* accessed-bit source */
 #define TIER_ABIT_MAX_SAMPLES	2048	/* per target and cycle: PTE writes */
+/* huge entries whose rates are kept: a cycle's leads, as many aged */
+#define TIER_ABIT_RATE_CAP	(2 * TIER_ABIT_MAX_SAMPLES)
 #define TIER_ABIT_TRIES		2	/* draws per stratum for a present page */
 #define TIER_ABIT_MAX_STRATA_MULT	16	/* sparse ranges: at most 16k strata */
 struct tier_abit_sample {
@@ -204,8 +207,12 @@ struct tier_abit_sample {
 	bool tty_done;	/* lead: its time-to-young is known */
 	u16 lead_idx;	/* tty: the sample that measured its entry */
 	u32 sub_young;	/* huge: sub-windows in which it was young */
+	bool polled;	/* tty lead: read since its clock started */
+	bool early;	/* tty lead: young at its first read */
 	u64 t_clear;	/* tty lead: clock start (0: not started) */
+	u64 flush_ns;	/* tty lead: its batch's TLB flush */
 	u64 tty_ns;	/* tty lead: time-to-young, or TIER_ABIT_TTY_NONE */
+	u64 tau_ns;	/* tty lead: its entry's mean time between touches */
 };
 /* huge entries' sub-window (us): start and bounds of its controller */
 #define TIER_ABIT_HUGE_START_US	200

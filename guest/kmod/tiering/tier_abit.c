@@ -377,7 +377,8 @@ static void tier_tty_done(struct tier_tty *tt, struct tier_abit_sample *sp,
 	if (tty == TIER_ABIT_TTY_NONE)
 		return;
 	tt->young++;
-	if (tty < tt->floor_ns)
+	/* the fastest entry timed after its read began: what all paid */
+	if (!sp->early && tty < tt->floor_ns)
 		tt->floor_ns = tty;
 }
 
@@ -396,11 +397,14 @@ static bool tier_tty_poll(struct tier_tty *tt, struct tier_abit_sample *sp,
 	if (!e.present) {
 		tier_tty_done(tt, sp, TIER_ABIT_TTY_NONE);
 	} else if (e.young) {
+		/* touched during the flush, or before this read at least */
+		sp->early = !sp->polled;
 		tier_tty_done(tt, sp,
 			      now > sp->t_clear ? now - sp->t_clear : 0);
 	} else if (now - sp->t_clear >= tt->max_ns) {
 		tier_tty_done(tt, sp, TIER_ABIT_TTY_NONE);
 	}
+	sp->polled = true;
 	return sp->tty_done;
 }
 
@@ -434,13 +438,13 @@ static void tier_tty_pass(struct tier_tty *tt)
 static void tier_tty_start(struct tier_tty *tt)
 {
 	struct tier_target *t = tt->t;
-	u64 now, end, spent;
+	u64 now, end, spent, d = 0;
 	u32 i, left;
 
 	if (tt->bstart >= tt->npend)
 		return;
 	if (tt->flush) {
-		u64 t0 = ktime_get_ns(), d;
+		u64 t0 = ktime_get_ns();
 
 		/* returns once every CPU that ran the target has flushed */
 		tier_abit_flush(tt->mm);
@@ -452,8 +456,10 @@ static void tier_tty_start(struct tier_tty *tt)
 		t->nr_huge_flushes++;
 	}
 	now = ktime_get_ns();
-	for (i = tt->bstart; i < tt->npend; i++)
+	for (i = tt->bstart; i < tt->npend; i++) {
 		t->abit_samp[t->abit_pend[i]].t_clear = now;
+		t->abit_samp[t->abit_pend[i]].flush_ns = d;
+	}
 	end = now + min_t(u64, (u64)tt->slice_us * NSEC_PER_USEC,
 			  tt->spin_left_ns);
 	for (left = tt->npend - tt->bstart; left && now < end;) {
@@ -530,6 +536,9 @@ static void tier_tty_add(struct tier_tty *tt, u32 n,
 	sp->lead = true;
 	sp->lead_idx = n;
 	sp->t_clear = 0;
+	sp->flush_ns = 0;
+	sp->polled = false;
+	sp->early = false;
 	sp->tty_done = false;
 	sp->tty_ns = TIER_ABIT_TTY_NONE;
 	tt->prev = n;
@@ -581,10 +590,6 @@ static void tier_tty_end(struct tier_tty *tt)
 	t->abit_huge_in_slice = tt->in_slice;
 	t->huge_tty_floor_ns = tt->floor_ns == TIER_ABIT_TTY_NONE ? 0 :
 			       tt->floor_ns;
-	t->huge_tty_ref_ns = tier_abit_tty_ref_ns(t->huge_tty_ref_ns,
-			tier_abit_tty_ref_time(t->abit_ttys, tt->ndone,
-					       TIER_ABIT_TTY_REF_PCT),
-			t->huge_tty_floor_ns);
 	/* keep 2-15 % of the leads young within the spin: the hot ones */
 	t->huge_slice_us = tier_abit_next_window(t->huge_slice_us, tt->in_slice,
 						 tt->leads,
@@ -797,49 +802,89 @@ static u64 tier_abit_huge_windows(struct tier_target *t, struct mm_struct *mm,
 }
 
 /*
- * Record the huge samples timed at arming: each by its entry's
- * time-to-young (its lead's), beyond the fastest of the cycle
- * (tier_abit_tty_weight()), confirmed by the entry's fraction in the
- * previous check (tier_abit_tty_confirmed(): the smaller of the two, so
- * that one lucky measurement of a cold entry counts for next to
- * nothing).  @sp->huge says the entry was still present at the check.
- * Samples are in ascending address order (strata within sorted ranges),
- * so this check's entries are kept as sorted keys for the next.
+ * Lead @ld's measurement for its entry's rate (tier_abit_rate.h).  The
+ * vCPU that runs the target takes the flush's IPI at some point within
+ * it, so an entry is taken to be exposed for half the flush before its
+ * clock starts.
+ */
+static void tier_abit_tty_observe(struct tier_rate_stats *st,
+				  const struct tier_abit_sample *ld,
+				  u64 floor_ns)
+{
+	u64 f = ld->flush_ns / 2;
+
+	if (ld->tty_ns == TIER_ABIT_TTY_NONE)
+		tier_rate_observe(st, TIER_RATE_NONE, f,
+				  (u64)READ_ONCE(tier_abit_huge_tty_us) *
+				  NSEC_PER_USEC);
+	else if (ld->early)	/* young by its first read: T <= f + that */
+		tier_rate_observe(st, TIER_RATE_EARLY, f + ld->tty_ns, 0);
+	else		/* beyond what every timed entry paid (a trap to L1) */
+		tier_rate_observe(st, TIER_RATE_TIMED, f,
+				  ld->tty_ns - min(ld->tty_ns, floor_ns));
+}
+
+/*
+ * Record the huge samples timed at arming.  Each lead's measurement
+ * joins its entry's history (kept by huge page number across cycles,
+ * sorted: samples come in ascending address order, strata within sorted
+ * ranges), which gives the entry's maximum-likelihood mean time between
+ * touches; a sample counts the fraction tier_rate_frac() gives that time
+ * against the hottest entries' (the TIER_RATE_REF_PCT-th percentile of
+ * this check's): linear in the entry's rate.  @sp->huge says the entry
+ * was still present at the check.
  */
 static u64 tier_abit_tty_record(struct tier_target *t)
 {
-	u32 i, pos = 0, ncur = 0;
-	u64 est = 0, *swap;
+	struct tier_rate_stats *swap, *st, lone;
+	u32 i, pos = 0, nout = 0, ntau = 0;
+	u64 est = 0, ref;
 
+	for (i = 0; i < t->abit_nsamp; i++) {
+		struct tier_abit_sample *sp = &t->abit_samp[i];
+		u64 page = sp->addr >> TIER_ABIT_HUGE_SHIFT;
+
+		if (!sp->lead || !sp->tty || !sp->tty_done)
+			continue;
+		if (nout && t->abit_rcur[nout - 1].page >= page)
+			st = NULL;	/* out of order: would unsort */
+		else
+			st = tier_rate_merge_one(t->abit_rprev,
+						 t->abit_nrprev, &pos,
+						 t->abit_rcur, &nout,
+						 TIER_ABIT_RATE_CAP, page);
+		if (!st) {		/* no history: this measurement alone */
+			lone = (struct tier_rate_stats){ .page = page };
+			st = &lone;
+		}
+		tier_abit_tty_observe(st, sp, t->huge_tty_floor_ns);
+		sp->tau_ns = tier_rate_tau_ns(st);
+		t->abit_ttys[ntau++] = sp->tau_ns;
+	}
+	tier_rate_merge_end(t->abit_rprev, t->abit_nrprev, &pos, t->abit_rcur,
+			    &nout, TIER_ABIT_RATE_CAP);
+	swap = t->abit_rprev;
+	t->abit_rprev = t->abit_rcur;
+	t->abit_rcur = swap;
+	t->abit_nrprev = nout;
+	if (!ntau)
+		return 0;
+	ref = tier_abit_tty_quantile(t->abit_ttys, ntau, TIER_RATE_REF_PCT);
+	t->huge_rate_ref_ns = ref;
 	for (i = 0; i < t->abit_nsamp; i++) {
 		struct tier_abit_sample *sp = &t->abit_samp[i];
 		const struct tier_abit_sample *ld;
 		u32 frac;
-		u64 key;
 
 		if (!sp->tty || !sp->huge || sp->lead_idx >= t->abit_nsamp)
 			continue;
 		ld = &t->abit_samp[sp->lead_idx];
-		if (!ld->tty_done)
+		if (!ld->lead || !ld->tty_done)
 			continue;
-		frac = (u32)tier_abit_tty_weight(TIER_ABIT_FRAC_ONE, ld->tty_ns,
-						 t->huge_tty_floor_ns,
-						 t->huge_tty_ref_ns);
-		/* one key per entry; a key not above the last would unsort */
-		key = tier_abit_hkey(sp->addr, frac);
-		if (ncur < t->abit_cap &&
-		    (!ncur || (t->abit_hcur[ncur - 1] >> TIER_ABIT_HKEY_SHIFT) <
-			      (key >> TIER_ABIT_HKEY_SHIFT)))
-			t->abit_hcur[ncur++] = key;
-		frac = tier_abit_tty_confirmed(t->abit_hprev, t->abit_nhprev,
-					       &pos, sp->addr, frac);
+		frac = tier_rate_frac(ld->tau_ns, ref, TIER_ABIT_FRAC_ONE);
 		est += tier_abit_record(t, sp, sp->weight * frac /
 					       TIER_ABIT_FRAC_ONE);
 	}
-	swap = t->abit_hprev;
-	t->abit_hprev = t->abit_hcur;
-	t->abit_hcur = swap;
-	t->abit_nhprev = ncur;
 	return est;
 }
 

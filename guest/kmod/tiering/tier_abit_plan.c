@@ -122,21 +122,6 @@ u32 tier_abit_huge_batch(u32 window_us, u64 probe_ns)
 	return n ? (u32)n : 1;
 }
 
-u64 tier_abit_tty_weight(u64 weight, u64 tty_ns, u64 floor_ns, u64 ref_ns)
-{
-	u64 d;
-
-	if (tty_ns == TIER_ABIT_TTY_NONE)
-		return 0;
-	d = tty_ns > floor_ns ? tty_ns - floor_ns : 0;
-	if (!ref_ns)
-		ref_ns = 1;
-	if (d <= ref_ns)
-		return weight;
-	/* weight <= 2^40 base pages, ref_ns <= 2^21: no overflow */
-	return weight * ref_ns / d * ref_ns / d;
-}
-
 /* Sift @v[@i] down a max-heap of @n. */
 static void tier_heap_down(u64 *v, u32 i, u32 n)
 {
@@ -177,33 +162,6 @@ u64 tier_abit_tty_quantile(u64 *v, u32 n, u32 pct)
 	return v[i];
 }
 
-u64 tier_abit_tty_ref_time(u64 *v, u32 n, u32 pct)
-{
-	u64 q = tier_abit_tty_quantile(v, n, pct);
-	u32 young = 0;
-
-	if (q != TIER_ABIT_TTY_NONE)
-		return q;
-	while (young < n && v[young] != TIER_ABIT_TTY_NONE)
-		young++;
-	return young ? v[young / 2] : TIER_ABIT_TTY_NONE;
-}
-
-u64 tier_abit_tty_ref_ns(u64 prev_ns, u64 q_ns, u64 floor_ns)
-{
-	u64 r;
-
-	if (q_ns == TIER_ABIT_TTY_NONE)
-		r = prev_ns;	/* nothing to go by: keep it */
-	else
-		r = 2 * (q_ns > floor_ns ? q_ns - floor_ns : 0);
-	if (prev_ns)
-		r = (3 * prev_ns + r) / 4;
-	if (r > TIER_ABIT_TTY_REF_MAX_NS)
-		r = TIER_ABIT_TTY_REF_MAX_NS;
-	return r > TIER_ABIT_TTY_REF_MIN_NS ? r : TIER_ABIT_TTY_REF_MIN_NS;
-}
-
 u64 tier_abit_tty_budget_us(u64 interval_ms, u32 permille)
 {
 	return interval_ms * permille;
@@ -242,32 +200,4 @@ u32 tier_abit_tty_bucket(u64 tty_ns)
 	for (us = tty_ns / 1000; us && b < TIER_ABIT_TTY_HIST - 1; us >>= 1)
 		b++;
 	return b;
-}
-
-/* Huge page number above, fraction (<= TIER_ABIT_FRAC_ONE) below. */
-u64 tier_abit_hkey(u64 addr, u32 frac)
-{
-	if (frac > TIER_ABIT_FRAC_ONE)
-		frac = TIER_ABIT_FRAC_ONE;
-	return ((addr >> TIER_ABIT_HUGE_SHIFT) << TIER_ABIT_HKEY_SHIFT) | frac;
-}
-
-u32 tier_abit_tty_confirmed(const u64 *prev, u32 nprev, u32 *pos, u64 addr,
-			    u32 frac)
-{
-	u64 page = addr >> TIER_ABIT_HUGE_SHIFT;
-	u32 old;
-
-	while (*pos < nprev && (prev[*pos] >> TIER_ABIT_HKEY_SHIFT) < page)
-		(*pos)++;
-	/*
-	 * Not measured in the previous cycle: nothing to confirm against.
-	 * While a range spans many huge entries its few samples land on
-	 * different ones each cycle, and counting those as 0 hid every hot
-	 * entry (a THP run of 27 Nov: no range ever split).
-	 */
-	if (*pos >= nprev || (prev[*pos] >> TIER_ABIT_HKEY_SHIFT) != page)
-		return frac;
-	old = (u32)(prev[*pos] & ((1U << TIER_ABIT_HKEY_SHIFT) - 1));
-	return old < frac ? old : frac;
 }

@@ -109,7 +109,6 @@ u32 tier_abit_huge_batch(u32 window_us, u64 probe_ns);
  * much later: the sample weighs by a decreasing function of its time.
  */
 #define TIER_ABIT_TTY_NONE	U64_MAX	/* not young within the bound */
-#define TIER_ABIT_TTY_REF_MIN_NS	250
 #define TIER_ABIT_TTY_SLICE_MIN_US	2
 #define TIER_ABIT_TTY_SLICE_MAX_US	200
 #define TIER_ABIT_TTY_FLUSH_START_NS	50000	/* first guess of a flush */
@@ -117,49 +116,10 @@ u32 tier_abit_huge_batch(u32 window_us, u64 probe_ns);
 #define TIER_ABIT_TTY_HIST	13	/* <1us, <2us, ... <2048us, later */
 
 /*
- * Base pages a huge sample adds to its range, from its entry's
- * time-to-young @tty_ns: @weight while the time beyond @floor_ns (the
- * fastest entry of the cycle: what every entry pays, e.g. a shadow-paging
- * fault) is at most @ref_ns, then @weight * (@ref_ns / time)^2; 0 for
- * TIER_ABIT_TTY_NONE.  With exponential inter-access times the expected
- * weight of an entry much colder than 1 / @ref_ns is about 2 * rate *
- * @ref_ns: linear in its rate (a 1 / time decay would add a log factor
- * that flattens the contrast), while hot entries saturate near @weight.
- * Measured in tests/test_abit_plan.c: with @ref_ns about twice the hot
- * entries' mean time, a 10x rate ratio is told apart in nearly every
- * draw; much longer or shorter references lose it.
- */
-u64 tier_abit_tty_weight(u64 weight, u64 tty_ns, u64 floor_ns, u64 ref_ns);
-
-/*
  * The @pct-th percentile of the @n times in @v (sorts @v in place);
  * TIER_ABIT_TTY_NONE counts as longest.  TIER_ABIT_TTY_NONE if @n is 0.
  */
 u64 tier_abit_tty_quantile(u64 *v, u32 n, u32 pct);
-
-/*
- * The time a cycle's reference is drawn from (sorts @v in place): its
- * @pct-th percentile when at least @pct % of the @n entries turned young
- * within the bound, else the median of those that did (the few hot
- * entries: measured in the testbed, where a cold huge entry is rarely
- * young again within 2 ms); TIER_ABIT_TTY_NONE when none did.
- */
-u64 tier_abit_tty_ref_time(u64 *v, u32 n, u32 pct);
-
-/*
- * The reference time for tier_abit_tty_weight(): twice the cycle's
- * reference time @q_ns (tier_abit_tty_ref_time() at
- * TIER_ABIT_TTY_REF_PCT) beyond its fastest entry @floor_ns, i.e. about
- * twice the hottest entries' times, averaged with
- * the previous cycles' (@prev_ns, 0 at first: weight 3/4), within
- * [TIER_ABIT_TTY_REF_MIN_NS, TIER_ABIT_TTY_REF_MAX_NS].  From the times
- * themselves rather than from a fixed constant, so the same rule holds
- * for a host where a hot entry is touched every microsecond and for the
- * testbed, where every re-access first costs a trap to L1.
- */
-#define TIER_ABIT_TTY_REF_PCT	15
-#define TIER_ABIT_TTY_REF_MAX_NS	(1ULL << 21)	/* ~2 ms */
-u64 tier_abit_tty_ref_ns(u64 prev_ns, u64 q_ns, u64 floor_ns);
 
 /*
  * Polling budget of one arming (us): @permille of the scan interval
@@ -194,35 +154,8 @@ u32 tier_abit_tty_batch(u32 nr_leads, u64 budget_us, u64 flush_ns,
  */
 bool tier_abit_tty_flush(u32 mode);
 
-/*
- * Confirmation across cycles: a huge entry gets one measurement per
- * cycle, so a cold entry touched by chance right after its clear weighs
- * as much as a hot one, and the classifier's decayed count keeps it in
- * the hot set (and past the agent's two-round hysteresis) for two or
- * three epochs: in the THP runs of 27 Nov that kept 20-70 cold huge
- * entries "hot" at any time and the agent promoted 2-7x the hot set.
- * A huge sample therefore counts the smaller of its entry's fraction
- * (tier_abit_tty_weight() of TIER_ABIT_FRAC_ONE) in this cycle and in
- * the previous one, when it was measured then: a hot entry, fast in most
- * cycles, keeps most of its weight (p^2 for p), a cold one fast by
- * chance keeps next to none, and the contrast is squared.  That needs
- * the entry sampled in consecutive cycles, i.e. ranges split down to a
- * few huge entries; before, a sample counts as measured.  The previous cycle's entries are kept as
- * sorted keys (tier_abit_hkey(): huge page number and fraction).
- */
+/* Fractions of a sample's weight (tier_rate_frac()) are in 1/1024. */
 #define TIER_ABIT_FRAC_ONE	1024
-#define TIER_ABIT_HKEY_SHIFT	11	/* fraction bits of a key */
-u64 tier_abit_hkey(u64 addr, u32 frac);
-
-/*
- * The fraction a huge sample at @addr counts: the smaller of @frac (this
- * cycle's) and its entry's in the @nprev sorted keys @prev; @frac itself
- * when the entry was not measured in the previous cycle.
- * Calls must come in ascending address order; @pos (0 at first) keeps
- * the walk's place in @prev.
- */
-u32 tier_abit_tty_confirmed(const u64 *prev, u32 nprev, u32 *pos, u64 addr,
-			    u32 frac);
 
 /* Histogram bucket of a time-to-young (TIER_ABIT_TTY_HIST buckets). */
 u32 tier_abit_tty_bucket(u64 tty_ns);

@@ -191,16 +191,16 @@ static void tier_target_free_ranges(struct tier_target *t)
 	kvfree(t->abit_samp);
 	kvfree(t->abit_pend);
 	kvfree(t->abit_ttys);
-	kvfree(t->abit_hprev);
-	kvfree(t->abit_hcur);
+	kvfree(t->abit_rprev);
+	kvfree(t->abit_rcur);
 	t->ranges = NULL;
 	t->order = NULL;
 	t->abit_samp = NULL;
 	t->abit_pend = NULL;
 	t->abit_ttys = NULL;
-	t->abit_hprev = NULL;
-	t->abit_hcur = NULL;
-	t->abit_nhprev = 0;
+	t->abit_rprev = NULL;
+	t->abit_rcur = NULL;
+	t->abit_nrprev = 0;
 	t->abit_nsamp = 0;
 	t->abit_cap = 0;
 	memset(&t->hrc, 0, sizeof(t->hrc));
@@ -245,7 +245,7 @@ static void tier_target_clear_stats(struct tier_target *t)
 	t->nr_huge_checks = 0;
 	t->abit_huge_in_slice = 0;
 	t->huge_tty_floor_ns = 0;
-	t->huge_tty_ref_ns = 0;
+	t->huge_rate_ref_ns = 0;
 	t->nr_huge_flushes = 0;
 	memset(t->huge_tty_hist, 0, sizeof(t->huge_tty_hist));
 	t->arm_ns = 0;
@@ -314,16 +314,16 @@ int tier_target_start(struct tier_target *t, pid_t nr)
 				GFP_KERNEL);
 	t->abit_ttys = kvcalloc(TIER_ABIT_MAX_SAMPLES, sizeof(*t->abit_ttys),
 				GFP_KERNEL);
-	t->abit_hprev = kvcalloc(TIER_ABIT_MAX_SAMPLES, sizeof(*t->abit_hprev),
+	t->abit_rprev = kvcalloc(TIER_ABIT_RATE_CAP, sizeof(*t->abit_rprev),
 				 GFP_KERNEL);
-	t->abit_hcur = kvcalloc(TIER_ABIT_MAX_SAMPLES, sizeof(*t->abit_hcur),
+	t->abit_rcur = kvcalloc(TIER_ABIT_RATE_CAP, sizeof(*t->abit_rcur),
 				GFP_KERNEL);
 	if (!t->ranges || !t->order || !t->abit_samp || !t->abit_pend ||
-	    !t->abit_ttys || !t->abit_hprev || !t->abit_hcur)
+	    !t->abit_ttys || !t->abit_rprev || !t->abit_rcur)
 		goto out_free;
 	t->abit_cap = TIER_ABIT_MAX_SAMPLES;
 	t->abit_nsamp = 0;
-	t->abit_nhprev = 0;
+	t->abit_nrprev = 0;
 	t->abit_rng = get_random_u64() | 1;
 	tier_params(&p);
 	p.max_ranges = cap;

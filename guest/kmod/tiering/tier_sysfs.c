@@ -143,10 +143,10 @@ static ssize_t stats_show(struct kobject *k, struct kobj_attribute *a,
 	/* huge entries' time-to-young: last arming, and all so far (log2 us) */
 	len += sysfs_emit_at(buf, len,
 		"huge_slice_us %u\nhuge_in_slice %llu\nhuge_tty_floor_ns %llu\n"
-		"huge_tty_ref_ns %llu\nhuge_flushes %llu\nhuge_flush_ns %llu\n"
+		"huge_rate_ref_ns %llu\nhuge_flushes %llu\nhuge_flush_ns %llu\n"
 		"huge_tty_hist",
 		t->huge_slice_us, t->abit_huge_in_slice, t->huge_tty_floor_ns,
-		t->huge_tty_ref_ns, t->nr_huge_flushes, t->huge_flush_ns);
+		t->huge_rate_ref_ns, t->nr_huge_flushes, t->huge_flush_ns);
 	for (i = 0; i < TIER_ABIT_TTY_HIST; i++)
 		len += sysfs_emit_at(buf, len, " %llu", t->huge_tty_hist[i]);
 	len += sysfs_emit_at(buf, len, "\n");
