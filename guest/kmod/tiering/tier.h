@@ -213,6 +213,7 @@ struct tier_abit_sample {
 	u64 flush_ns;	/* tty lead: its batch's TLB flush */
 	u64 tty_ns;	/* tty lead: time-to-young, or TIER_ABIT_TTY_NONE */
 	u64 tau_ns;	/* tty lead: its entry's mean time between touches */
+	u32 rate_n;	/* tty lead: its entry's measurements (decayed) */
 };
 /* huge entries' sub-window (us): start and bounds of its controller */
 #define TIER_ABIT_HUGE_START_US	200

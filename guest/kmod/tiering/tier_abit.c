@@ -859,6 +859,7 @@ static u64 tier_abit_tty_record(struct tier_target *t)
 		}
 		tier_abit_tty_observe(st, sp, t->huge_tty_floor_ns);
 		sp->tau_ns = tier_rate_tau_ns(st);
+		sp->rate_n = tier_rate_count(st);
 		t->abit_ttys[ntau++] = sp->tau_ns;
 	}
 	tier_rate_merge_end(t->abit_rprev, t->abit_nrprev, &pos, t->abit_rcur,
@@ -881,7 +882,8 @@ static u64 tier_abit_tty_record(struct tier_target *t)
 		ld = &t->abit_samp[sp->lead_idx];
 		if (!ld->lead || !ld->tty_done)
 			continue;
-		frac = tier_rate_frac(ld->tau_ns, ref, TIER_ABIT_FRAC_ONE);
+		frac = tier_rate_frac(ld->tau_ns, ld->rate_n, ref,
+				      TIER_ABIT_FRAC_ONE);
 		est += tier_abit_record(t, sp, sp->weight * frac /
 					       TIER_ABIT_FRAC_ONE);
 	}

@@ -116,11 +116,19 @@ u64 tier_rate_tau_ns(const struct tier_rate_stats *s)
 	return hi;
 }
 
-u32 tier_rate_frac(u64 tau_ns, u64 ref_ns, u32 one)
+u32 tier_rate_count(const struct tier_rate_stats *s)
 {
-	if (tau_ns <= ref_ns)
-		return one;
-	return (u32)((u64)one * ref_ns / tau_ns);
+	return s->n_early + s->n_timed + s->n_none;
+}
+
+u32 tier_rate_frac(u64 tau_ns, u32 n, u64 ref_ns, u32 one)
+{
+	u64 f = tau_ns <= ref_ns ? one : (u64)one * ref_ns / tau_ns;
+
+	/* less than TIER_RATE_MIN_EVIDENCE measurements: in proportion */
+	if (n < TIER_RATE_MIN_EVIDENCE * TIER_RATE_ONE)
+		f = f * n / (TIER_RATE_MIN_EVIDENCE * TIER_RATE_ONE);
+	return (u32)f;
 }
 
 /* Copy the entries of @old below @page, aged, while @out is under half. */

@@ -85,11 +85,22 @@ u32 tier_rate_q16(u64 x_q16);
 u64 tier_rate_tau_ns(const struct tier_rate_stats *s);
 
 /*
- * Fraction (of @one) a sample of an entry with mean time @tau_ns counts:
- * @one at or below the reference @ref_ns (the hottest entries'), then
- * @one * @ref_ns / @tau_ns, i.e. linear in the rate.
+ * Fraction (of @one) a sample of an entry with mean time @tau_ns and
+ * @n measurements (tier_rate_count()) counts: @one at or below the reference @ref_ns (the
+ * hottest entries'), then @one * @ref_ns / @tau_ns, i.e. linear in the
+ * rate; and in proportion to its measurements while it has fewer than
+ * TIER_RATE_MIN_EVIDENCE (decayed).  Why the last: an entry measured
+ * once, and early, gets a mean time near the flush's resolution, close
+ * to the hot entries'; in a GUPS -r 100 run on THP (28 Nov) such
+ * first-time cold entries, one lucky touch each, kept the agent swapping
+ * cold huge pages for cold ones after the hot set was in FMem (36,176
+ * promotions for a 16,384-page hot set).
  */
-u32 tier_rate_frac(u64 tau_ns, u64 ref_ns, u32 one);
+#define TIER_RATE_MIN_EVIDENCE	2
+u32 tier_rate_frac(u64 tau_ns, u32 n, u64 ref_ns, u32 one);
+
+/* Measurements in @s, decayed (x TIER_RATE_ONE). */
+u32 tier_rate_count(const struct tier_rate_stats *s);
 
 /*
  * Merge this cycle's measurements into the history.  @old (@nold entries,

@@ -497,7 +497,8 @@ static void tty_draw_all(struct thp_sim *s)
 	}
 	s->ref = tier_abit_tty_quantile(srt, THP_ENTRIES, TIER_RATE_REF_PCT);
 	for (i = 0; i < THP_ENTRIES; i++)
-		s->frac[i] = tier_rate_frac(taus[i], s->ref,
+		s->frac[i] = tier_rate_frac(taus[i],
+					    tier_rate_count(&s->st[i]), s->ref,
 					    TIER_ABIT_FRAC_ONE);
 }
 
@@ -684,8 +685,14 @@ static void flush_draw_all(struct thp_sim *s)
 		if (!early[i] && f->tty[i] < tfloor)
 			tfloor = f->tty[i];
 	}
-	/* the module's measurements (tier_abit_tty_observe()) */
+	/*
+	 * The module's measurements (tier_abit_tty_observe()), of about a
+	 * third of the entries per cycle: a range's few samples land on
+	 * different entries each cycle, so most histories are short.
+	 */
 	for (i = 0; i < THP_ENTRIES; i++) {
+		if (trand_below(&f->rng, 3))
+			continue;
 		if (early[i])
 			tier_rate_observe(&f->st[i], TIER_RATE_EARLY,
 					  fls[i] / 2 + f->tty[i], 0);
@@ -721,8 +728,9 @@ static void flush_draw_all(struct thp_sim *s)
 		f->ref = tier_abit_tty_quantile(srt, THP_ENTRIES,
 						TIER_RATE_REF_PCT);
 		for (i = 0; i < THP_ENTRIES; i++)
-			f->frac[i] = tier_rate_frac(taus[i], f->ref,
-						    TIER_ABIT_FRAC_ONE);
+			f->frac[i] = tier_rate_frac(taus[i],
+					tier_rate_count(&f->st[i]), f->ref,
+					TIER_ABIT_FRAC_ONE);
 	}
 }
 

@@ -121,9 +121,15 @@ static void tau_orders_what_it_saw(void)
 	tier_rate_observe(&c, TIER_RATE_NONE, 50000, 2000000);
 	CHECK(tier_rate_tau_ns(&d) < tier_rate_tau_ns(&c));
 	/* saturation of the weights */
-	CHECK_EQ(tier_rate_frac(1000, 2000, 1024), 1024);
-	CHECK_EQ(tier_rate_frac(8000, 2000, 1024), 256);
-	CHECK_EQ(tier_rate_frac(TIER_RATE_TAU_MAX_NS, 2000, 1024), 0);
+	CHECK_EQ(tier_rate_frac(1000, 4 * TIER_RATE_ONE, 2000, 1024), 1024);
+	CHECK_EQ(tier_rate_frac(8000, 4 * TIER_RATE_ONE, 2000, 1024), 256);
+	CHECK_EQ(tier_rate_frac(TIER_RATE_TAU_MAX_NS, 4 * TIER_RATE_ONE, 2000,
+				1024), 0);
+	/* little evidence: in proportion */
+	CHECK_EQ(tier_rate_frac(1000, TIER_RATE_ONE, 2000, 1024),
+		 1024 / TIER_RATE_MIN_EVIDENCE);
+	CHECK_EQ(tier_rate_frac(1000, 0, 2000, 1024), 0);
+	CHECK_EQ(tier_rate_count(&a), a.n_early + a.n_timed + a.n_none);
 }
 
 /*
