@@ -85,15 +85,15 @@ u32 tier_rate_q16(u64 x_q16);
 u64 tier_rate_tau_ns(const struct tier_rate_stats *s);
 
 /*
- * Fraction (of @one) a sample of an entry with mean time @tau_ns and
- * @n measurements (tier_rate_count()) counts: @one at or below the reference @ref_ns (the
- * hottest entries'), then @one * @ref_ns / @tau_ns, i.e. linear in the
- * rate; and in proportion to its measurements while it has fewer than
- * TIER_RATE_MIN_EVIDENCE (decayed).  Why the last: an entry measured
- * once, and early, gets a mean time near the flush's resolution, close
- * to the hot entries' (in the flush simulation with a third of the
- * entries measured per cycle, GUPS -r 100: hot set found in 6 of 6 draws
- * with the rule, 5 of 6 without).
+ * Fraction (of @one) a sample of an entry with mean time @tau_ns and @n
+ * measurements (tier_rate_count()) counts: @one at or below the
+ * reference @ref_ns (the hottest entries'), then @one * @ref_ns /
+ * @tau_ns, i.e. linear in the rate; and in proportion to its
+ * measurements while it has fewer than TIER_RATE_MIN_EVIDENCE (decayed).
+ * Why the last: an entry measured once, and early, gets a mean time near
+ * the flush's resolution, close to the hot entries' (in the flush
+ * simulation with a third of the entries measured per cycle, GUPS
+ * -r 100: hot set found in 6 of 6 draws with the rule, 5 of 6 without).
  */
 #define TIER_RATE_MIN_EVIDENCE	2
 u32 tier_rate_frac(u64 tau_ns, u32 n, u64 ref_ns, u32 one);
