@@ -77,10 +77,12 @@ struct tier_target {
 	/* huge entries: time-to-young (tier_abit_plan.h, tier_abit.c) */
 	u32 huge_slice_us;	/* spin after a clear, adapted */
 	u64 abit_huge_in_slice;	/* last arming: leads young within it */
-	u64 huge_tty_floor_ns;	/* last arming: fastest timed (not early) */
+	u64 huge_tty_floor_ns;	/* last arming: fastest time-to-young */
 	u64 huge_rate_ref_ns;	/* last check: hottest entries' mean time */
 	u64 nr_huge_flushes;	/* flushes after batches of clears */
 	u64 huge_flush_ns;	/* cost of one, averaged */
+	u64 huge_obs[3];	/* measurements: early, timed, none (cumulative) */
+	u64 base_recorded, huge_recorded;	/* base pages the samples added */
 	u64 huge_tty_hist[TIER_ABIT_TTY_HIST];	/* cumulative, log2 us */
 	u16 *abit_pend;		/* arming: huge leads being polled */
 	u64 *abit_ttys;		/* arming: their times (percentile) */

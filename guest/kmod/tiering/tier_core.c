@@ -248,6 +248,9 @@ static void tier_target_clear_stats(struct tier_target *t)
 	t->huge_rate_ref_ns = 0;
 	t->nr_huge_flushes = 0;
 	memset(t->huge_tty_hist, 0, sizeof(t->huge_tty_hist));
+	memset(t->huge_obs, 0, sizeof(t->huge_obs));
+	t->base_recorded = 0;
+	t->huge_recorded = 0;
 	t->arm_ns = 0;
 	t->check_ns = 0;
 	t->resident_ns = 0;

@@ -149,7 +149,13 @@ static ssize_t stats_show(struct kobject *k, struct kobj_attribute *a,
 		t->huge_rate_ref_ns, t->nr_huge_flushes, t->huge_flush_ns);
 	for (i = 0; i < TIER_ABIT_TTY_HIST; i++)
 		len += sysfs_emit_at(buf, len, " %llu", t->huge_tty_hist[i]);
-	len += sysfs_emit_at(buf, len, "\n");
+	/* what the rate estimate saw, and where the recorded weight came from */
+	len += sysfs_emit_at(buf, len,
+		"\nhuge_obs_early %llu\nhuge_obs_timed %llu\nhuge_obs_none %llu\n"
+		"abit_base_recorded %llu\nabit_huge_recorded %llu\n",
+		t->huge_obs[TIER_RATE_EARLY], t->huge_obs[TIER_RATE_TIMED],
+		t->huge_obs[TIER_RATE_NONE], t->base_recorded,
+		t->huge_recorded);
 	for (i = 0; i < TIER_NR_VERDICTS; i++)
 		len += sysfs_emit_at(buf, len, "pebs_%s %llu\n", vnames[i],
 				     tier_counter_read(&t->verdicts[i]));

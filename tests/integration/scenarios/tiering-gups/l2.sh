@@ -459,7 +459,7 @@ on_end_ours() {
         tb_fact "ours_abit_$k" "$(stat_of /tmp/tier-target-stats $k | sed 's/^$/null/')"
     done
     echo "--- target stats ---"
-    tb_show_tail /tmp/tier-target-stats 40 'T| '
+    tb_show_tail /tmp/tier-target-stats 48 'T| '
     echo "--- half-way: stats, ranges, promote, demote ---"
     tb_show_tail /tmp/tier-mid 400 'M| '
     echo "--- agent log (tail) ---"
