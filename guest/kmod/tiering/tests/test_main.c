@@ -37,6 +37,8 @@ int main(int argc, char **argv)
 		  &fail);
 	run_table(hrc_abit_plan_tests, hrc_nr_abit_plan_tests, filter, &pass,
 		  &fail);
+	run_table(hrc_thp_sim_tests, hrc_nr_thp_sim_tests, filter, &pass,
+		  &fail);
 	run_table(hrc_abit_rate_tests, hrc_nr_abit_rate_tests, filter, &pass,
 		  &fail);
 	run_table(hrc_capacity_tests, hrc_nr_capacity_tests, filter, &pass,

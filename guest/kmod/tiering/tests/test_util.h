@@ -62,6 +62,8 @@ extern const struct hrc_test hrc_resident_tests[];
 extern const struct hrc_test hrc_capacity_tests[];
 extern const struct hrc_test hrc_abit_plan_tests[];
 extern const struct hrc_test hrc_abit_rate_tests[];
+extern const struct hrc_test hrc_thp_sim_tests[];
+extern const unsigned int hrc_nr_thp_sim_tests;
 extern const unsigned int hrc_nr_abit_rate_tests;
 extern const struct hrc_test hrc_perf_ring_tests[];
 extern const struct hrc_test hrc_sampler_tests[];
