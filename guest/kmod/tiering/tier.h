@@ -83,6 +83,7 @@ struct tier_target {
 	u64 huge_flush_ns;	/* cost of one, averaged */
 	u64 huge_obs[3];	/* measurements: early, timed, none (cumulative) */
 	u64 base_recorded, huge_recorded;	/* base pages the samples added */
+	u64 huge_tau_q[5];	/* last check: mean times' 5/25/50/75/95th pct */
 	u64 huge_tty_hist[TIER_ABIT_TTY_HIST];	/* cumulative, log2 us */
 	u16 *abit_pend;		/* arming: huge leads being polled */
 	u64 *abit_ttys;		/* arming: their times (percentile) */

@@ -881,6 +881,12 @@ static u64 tier_abit_tty_record(struct tier_target *t)
 		return 0;
 	ref = tier_abit_tty_quantile(t->abit_ttys, ntau, TIER_RATE_REF_PCT);
 	t->huge_rate_ref_ns = ref;
+	/* sorted now: the spread of the entries' mean times, for the stats */
+	for (i = 0; i < ARRAY_SIZE(t->huge_tau_q); i++) {
+		static const u32 pct[] = { 5, 25, 50, 75, 95 };
+
+		t->huge_tau_q[i] = t->abit_ttys[(u64)ntau * pct[i] / 100];
+	}
 	for (i = 0; i < t->abit_nsamp; i++) {
 		struct tier_abit_sample *sp = &t->abit_samp[i];
 		const struct tier_abit_sample *ld;

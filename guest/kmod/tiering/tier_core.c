@@ -249,6 +249,7 @@ static void tier_target_clear_stats(struct tier_target *t)
 	t->nr_huge_flushes = 0;
 	memset(t->huge_tty_hist, 0, sizeof(t->huge_tty_hist));
 	memset(t->huge_obs, 0, sizeof(t->huge_obs));
+	memset(t->huge_tau_q, 0, sizeof(t->huge_tau_q));
 	t->base_recorded = 0;
 	t->huge_recorded = 0;
 	t->arm_ns = 0;

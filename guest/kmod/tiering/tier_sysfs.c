@@ -152,10 +152,12 @@ static ssize_t stats_show(struct kobject *k, struct kobj_attribute *a,
 	/* what the rate estimate saw, and where the recorded weight came from */
 	len += sysfs_emit_at(buf, len,
 		"\nhuge_obs_early %llu\nhuge_obs_timed %llu\nhuge_obs_none %llu\n"
-		"abit_base_recorded %llu\nabit_huge_recorded %llu\n",
+		"abit_base_recorded %llu\nabit_huge_recorded %llu\n"
+		"huge_tau_q %llu %llu %llu %llu %llu\n",
 		t->huge_obs[TIER_RATE_EARLY], t->huge_obs[TIER_RATE_TIMED],
 		t->huge_obs[TIER_RATE_NONE], t->base_recorded,
-		t->huge_recorded);
+		t->huge_recorded, t->huge_tau_q[0], t->huge_tau_q[1],
+		t->huge_tau_q[2], t->huge_tau_q[3], t->huge_tau_q[4]);
 	for (i = 0; i < TIER_NR_VERDICTS; i++)
 		len += sysfs_emit_at(buf, len, "pebs_%s %llu\n", vnames[i],
 				     tier_counter_read(&t->verdicts[i]));

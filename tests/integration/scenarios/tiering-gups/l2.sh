@@ -461,6 +461,8 @@ on_end_ours() {
     echo "--- target stats ---"
     tb_show_tail /tmp/tier-target-stats 48 'T| '
     echo "--- half-way: stats, ranges, promote, demote ---"
+    # the huge-entry figures first (the tail below may cut the stats)
+    grep -E '^(huge_|abit_huge|abit_base)' /tmp/tier-mid 2>/dev/null | sed 's/^/H| /'
     tb_show_tail /tmp/tier-mid 400 'M| '
     echo "--- agent log (tail) ---"
     tb_show_tail "$AG_OUT" 15 'A| '
