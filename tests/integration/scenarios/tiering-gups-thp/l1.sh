@@ -22,16 +22,15 @@
 # init from this directory's name); the L2 runs tiering-gups' l2.sh and
 # reports as tiering-gups (tiering-gups/l1.sh reads its markers by that
 # name).
-# GUPS with hot bytes 100 times as likely to be updated as cold ones
-# (tiering-gups: 10). What an accessed bit can tell apart is the time
-# between touches of one entry: at -r 10 the cold part still gets 47 % of
-# the updates, so each cold 2 MiB entry is touched every ~0.44 ms, not
-# cold by any accessed-bit measure (DAMON's 5 ms samples would find every
-# entry accessed), against ~44 us for a hot one. At -r 100 the cold part
-# gets 8 % (a cold entry every ~2.7 ms, a hot one every ~27 us). The -r 10
-# case is run with `--l1-append TB_TIER_RATIO=10`; README "Huge entries"
-# gives its results.
-TB_TIER_RATIO=${TB_TIER_RATIO:-100}
+# GUPS -r 10, as tiering-gups and scripts/bench.sh tiering run it (hot
+# bytes 10 times as likely to be updated as cold ones): the cold part
+# still gets 47 % of the updates, so each cold 2 MiB entry is touched
+# every ~0.44 ms natively, not cold by any accessed-bit measure (DAMON's
+# 5 ms samples would find every entry accessed), against ~44 us for a hot
+# one; told apart by the entries' censored rates (README "Huge
+# entries"). `--l1-append TB_TIER_RATIO=100` runs GUPS -r 100 (a cold
+# entry every ~2.7 ms); README "The censored rate" gives both's results.
+TB_TIER_RATIO=${TB_TIER_RATIO:-10}
 TB_TIER_THP=1
 TB_TIER_BALLOON=0
 # shellcheck source=../tiering-gups/l1.sh
